@@ -1,0 +1,175 @@
+"""Throughput of verifier.py per mode, next to the official rule and math-verify, in one run.
+
+    OMP_NUM_THREADS=1 python bench/bench_verifier.py                  # 10,000 responses per mode
+    OMP_NUM_THREADS=1 python bench/bench_verifier.py --math-n 1000     # quicker: ~4 min -> ~25 s
+
+Responses are synthetic but realistic: real problems and ground truths from ../shared/data
+(DAPO-Math-17k sample for the integer modes, MATH-500 for the math mode), reasoning of 300 to
+8,000 characters, and endings in the proportions a base model produces early in training
+(plain "Answer:", wrong values, bold, boxed, trailing period, no answer, long trailing text).
+Everything runs on one core in this process (the math mode adds one worker process).
+Targets (issue "verifier.py"): "dapo" >= the official rule and >= 50,000 responses/s;
+"math" never above 2 s per response.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import verifier  # noqa: E402
+
+DATA = Path("/work/shared/data")
+FILLER = (
+    "Let me compute this step by step. ",
+    "Substituting back, both sides agree. ",
+    "We can factor the expression as $(x-1)(x+2)$. ",
+    "By the AM-GM inequality, $a + b \\ge 2\\sqrt{ab}$. ",
+    "So there are $\\binom{5}{2} = 10$ ways to choose them. ",
+    "Wait, I should double-check the case $n = 0$. ",
+    "\n\n",
+)
+
+
+def _reasoning(rng: random.Random, problem: str) -> str:
+    target = rng.randint(300, 8000)
+    parts, size = [problem[:300], "\n\n"], 0
+    while size < target:
+        parts.append(rng.choice(FILLER))
+        size += len(parts[-1])
+    return "".join(parts)
+
+
+def integer_responses(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    rows = [json.loads(line) for line in (DATA / "dapo_math_17k_sample.jsonl").open()]
+    rng = random.Random(seed)
+    endings = [  # (weight, template); {v} the value written, {t} a long tail
+        (40, "\nAnswer: {v}"),
+        (20, "\nAnswer: {w}"),
+        (5, "\nAnswer: {v}."),
+        (5, "\n**Answer:** {v}"),
+        (5, "\nAnswer: $\\boxed{{{v}}}$"),
+        (10, "\nTherefore the answer is $\\boxed{{{v}}}$."),
+        (5, ""),  # truncated: no answer
+        (5, "\nAnswer: {v}\n{t}"),
+        (5, "\nAnswer: \\boxed{{{v}}}"),
+    ]
+    weights, templates = zip(*endings)
+    responses, truths = [], []
+    for _ in range(n):
+        row = rng.choice(rows)
+        truth = row["answer"]
+        template = rng.choices(templates, weights)[0]
+        ending = template.format(v=truth, w=int(truth) + rng.choice([-2, -1, 1, 7]), t=_reasoning(rng, "")[:600])
+        responses.append(_reasoning(rng, row["problem"]) + ending)
+        truths.append(truth)
+    return responses, truths
+
+
+def math_responses(n: int, seed: int = 1) -> tuple[list[str], list[str]]:
+    rows = [json.loads(line) for line in (DATA / "math500.jsonl").open()]
+    rng = random.Random(seed)
+    responses, truths = [], []
+    for _ in range(n):
+        row = rng.choice(rows)
+        truth = row["answer"]
+        value = truth
+        kind = rng.random()
+        if kind < 0.3:
+            value = rng.choice(rows)["answer"]  # wrong (usually)
+        elif kind < 0.45:
+            value = truth.replace("\\frac", "\\dfrac")
+            if "\\left" not in value:
+                value = value.replace("(", "\\left(").replace(")", "\\right)")
+        elif kind < 0.55:
+            value = f"x = {truth}" if "=" not in truth else truth
+        ending = rng.choice(["\nAnswer: {v}", "\nThe final answer is $\\boxed{{{v}}}$.", "\nAnswer: ${v}$."])
+        responses.append(_reasoning(rng, row["problem"]) + ending.format(v=value))
+        truths.append(truth)
+    return responses, truths
+
+
+def rate(fn, responses, truths) -> tuple[float, list, float]:
+    """(responses per second, results, slowest single call in seconds)."""
+    results, slowest = [], 0.0
+    start = time.perf_counter()
+    for response, truth in zip(responses, truths):
+        t0 = time.perf_counter()
+        results.append(fn(response, truth))
+        slowest = max(slowest, time.perf_counter() - t0)
+    return len(responses) / (time.perf_counter() - start), results, slowest
+
+
+def official_rate(responses, truths):
+    return rate(lambda r, t: verifier.score(r, t, mode="dapo-official"), responses, truths)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=10_000, help="responses for the integer modes")
+    parser.add_argument("--repeats", type=int, default=5, help="timing repeats for the integer modes (best kept)")
+    parser.add_argument("--math-n", type=int, default=10_000, help="responses for the math mode and math-verify")
+    args = parser.parse_args()
+
+    versions = {name: importlib.metadata.version(name) for name in ("math-verify", "sympy")}
+    print(
+        f"machine: {platform.processor() or platform.machine()}, cpu_count={os.cpu_count()}, "
+        f"usable cores={len(os.sched_getaffinity(0))}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')}, "
+        f"python {platform.python_version()}, verifier {verifier.VERSION}, "
+        + ", ".join(f"{k} {v}" for k, v in versions.items())
+    )
+
+    responses, truths = integer_responses(args.n)
+    mean_chars = sum(map(len, responses)) / len(responses)
+    print(f"\ninteger answers: {len(responses)} responses (DAPO-Math-17k sample), mean {mean_chars:.0f} characters")
+    print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  (best of {args.repeats}, interleaved)")
+    best = {}
+    for _ in range(args.repeats):  # interleaved repeats: a busy neighbour slows both rules alike
+        for mode in ("dapo", "dapo-official"):
+            per_s, results, slowest = rate(lambda r, t, m=mode: verifier.score(r, t, mode=m), responses, truths)
+            if per_s > best.get(mode, (0,))[0]:
+                best[mode] = (per_s, results, slowest)
+    for mode, (per_s, results, slowest) in best.items():
+        accuracy = sum(s.correct for s in results) / len(results)
+        print(f"{mode:16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest * 1e3:>11.2f}ms")
+
+    responses, truths = math_responses(args.math_n)
+    print(f"\ngeneral answers: {len(responses)} responses (MATH-500), one core, timeout 2 s")
+    print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  note")
+    verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
+    per_s, ours, slowest = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
+    reasons = {}
+    for s in ours:
+        reasons[s.reason] = reasons.get(s.reason, 0) + 1
+    accuracy = sum(s.correct for s in ours) / len(ours)
+    print(f"{'math':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest:>12.3f}s  reasons {reasons}")
+
+    from math_verify import parse, verify
+
+    gold_cache = {}
+
+    def math_verify_score(response: str, truth: str) -> bool:
+        # The library's documented use: parse the whole response (LaTeX and plain-expression
+        # extraction, its own SIGALRM timeouts, main thread only), verify against the parsed gold.
+        if truth not in gold_cache:
+            gold_cache[truth] = parse("\\boxed{" + truth + "}", parsing_timeout=2)
+        return verify(gold_cache[truth], parse(response, parsing_timeout=2), timeout_seconds=2)
+
+    per_s, theirs, slowest = rate(math_verify_score, responses, truths)
+    accuracy = sum(theirs) / len(theirs)
+    agree = sum(s.correct == t for s, t in zip(ours, theirs)) / len(theirs)
+    print(f"{'math-verify':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest:>12.3f}s  verdicts agree with ours on {agree:.3f}")
+    official = [verifier.score(r, t, mode="dapo-official").correct for r, t in zip(responses, truths)]
+    print(f"{'dapo-official':16} {'':>12} {sum(official) / len(official):>9.3f} {'':>13}  (string rule on the same)")
+
+
+if __name__ == "__main__":
+    main()

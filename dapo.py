@@ -1,0 +1,472 @@
+"""The DAPO algorithm's math: pure functions of tensors, one per intervention.
+
+DAPO = Decoupled Clip and Dynamic sAmpling Policy Optimization (Yu et al., 2025,
+arXiv 2503.14476). Read this file top to bottom: it is the whole algorithm. Everything else in
+the repository (generation, verification, the loop, FSDP, logging) is plumbing around it.
+
+Shape letters used in every docstring and shape comment:
+    B  sequences (responses) in a batch, B = n_groups * G, groups contiguous
+    G  group size: responses sampled per prompt
+    T  response tokens (padded); prompts are never part of these tensors
+    V  vocabulary size
+
+Each DAPO intervention is one function with one config switch (train.py `Config`):
+
+    | intervention (paper section)            | function here            | switch off = GRPO        |
+    |-----------------------------------------|--------------------------|--------------------------|
+    | Clip-Higher (3.1, eq. 10)               | policy_loss              | eps_high = eps_low       |
+    | Dynamic Sampling (3.2, eq. 11)          | dynamic_sampling_keep    | keep every group         |
+    | Token-Level Policy Gradient Loss (3.3)  | aggregate_loss           | "seq-mean-token-mean"    |
+    | Overlong Filtering (3.4)                | overlong_filter          | mask unchanged           |
+    | Soft Overlong Punishment (3.4, eq. 13)  | overlong_penalty         | penalty not added        |
+
+Group advantages (group_advantages) and the chunked log-prob/entropy routine (token_logprobs)
+are shared by GRPO and DAPO.
+
+Nothing here does I/O, touches distributed state or loads a model. Denominators that depend on
+the whole optimizer step (all micro-batches, all ranks) are explicit arguments: the caller counts
+them before the first backward (DAPO_FACTS.md section 3; verl issues 5625 and 2776).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "group_advantages",
+    "policy_loss",
+    "aggregate_loss",
+    "overlong_penalty",
+    "overlong_filter",
+    "dynamic_sampling_keep",
+    "token_logprobs",
+]
+
+# log r is clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (issue 7): a token whose
+# probability moved by a factor e^20 within one rollout step is a numerical fault, not a signal;
+# the clamp keeps its loss finite (saturated, zero gradient) instead of overflowing to inf.
+LOG_RATIO_CLAMP = 20.0
+
+LOSS_AGG_MODES = (
+    "token-mean",
+    "group-token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum",
+    "seq-mean-token-sum-norm",
+)
+
+
+def _check_group_size(batch: int, group_size: int, name: str) -> int:
+    """Return n_groups; raise if `batch` sequences do not split into groups of `group_size`."""
+    if group_size < 2:
+        raise ValueError(
+            f"group_size must be >= 2 (got {group_size}): a group of one answer has no relative "
+            "advantage. Set Config.group_size (G) to 2 or more."
+        )
+    if batch % group_size != 0:
+        raise ValueError(
+            f"{name} has {batch} entries, not a multiple of group_size={group_size}: "
+            "groups must be contiguous and complete."
+        )
+    return batch // group_size
+
+
+# --- DAPO: group-relative advantage (GRPO, shared) -----------------------------------------------
+
+
+def group_advantages(
+    rewards: torch.Tensor, group_size: int, *, scale_by_std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
+    """Group-relative outcome advantage of each response, the same for all of its tokens.
+
+    Paper section 2.2 (GRPO) and the advantage in eq. 9: A_i = (R_i - mean(R)) / (std(R) + eps),
+    over the G responses to one prompt. std is the unbiased one (divide by G - 1), as in the
+    official code. scale_by_std=False gives Dr. GRPO's A_i = R_i - mean(R) (Liu et al., 2025).
+
+    Args:
+        rewards: (B,) float, total reward of each response (correctness plus overlong term),
+            B = n_groups * G with each group's G responses contiguous.
+        group_size: G.
+        scale_by_std: divide by the group std (GRPO/DAPO) or not (Dr. GRPO).
+        eps: added to the std; a constant group gets advantage exactly 0 (its centred rewards are
+            0 whatever the std), so no float equality test on std is needed.
+
+    Returns:
+        (B,) float, same dtype as rewards. Sums to 0 within each group.
+
+    Raises:
+        ValueError: B not divisible by G, G < 2, rewards not 1-D or not finite.
+    """
+    if rewards.ndim != 1:
+        raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
+    n_groups = _check_group_size(rewards.numel(), group_size, "rewards")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN or inf: check the verifier and the overlong penalty")
+    r = rewards.view(n_groups, group_size)  # (n_groups, G)
+    centred = r - r.mean(dim=1, keepdim=True)  # (n_groups, G)
+    if scale_by_std:
+        # Exactly-constant groups: mean() of G equal floats can differ from them by one ulp, so
+        # zero the centred values explicitly instead of trusting the subtraction.
+        constant = (r == r[:, :1]).all(dim=1, keepdim=True)  # (n_groups, 1)
+        centred = centred.masked_fill(constant, 0.0)
+        centred = centred / (r.std(dim=1, unbiased=True, keepdim=True) + eps)  # (n_groups, G)
+    return centred.reshape(-1)  # (B,)
+
+
+# --- DAPO: Clip-Higher (section 3.1, eq. 10) ------------------------------------------------------
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.28,
+    dual_clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token clipped policy-gradient loss with decoupled clip range (Clip-Higher).
+
+    Paper section 3.1, eq. 10: objective min(r A, clip(r, 1 - eps_low, 1 + eps_high) A), with
+    r = pi_theta / pi_old per token. As a loss (negated objective):
+        A >= 0:  -A * min(r, 1 + eps_high)     (gradient 0 once r > 1 + eps_high)
+        A <  0:  |A| * max(r, 1 - eps_low)     (gradient 0 once r < 1 - eps_low)
+    Raising eps_high above eps_low leaves room for low-probability tokens with positive advantage
+    to grow, which keeps entropy from collapsing (paper Fig. 2). eps_high == eps_low is PPO's clip.
+    dual_clip = c (the official scripts use c = 10; Ye et al., 2020) additionally caps the loss of
+    A < 0 tokens at c * |A|, so one token whose ratio exploded cannot dominate the batch.
+
+    Args:
+        logp: (B, T) float, log pi_theta of each sampled response token; carries the gradient.
+            Values at mask == 0 are ignored (may be anything finite or not).
+        old_logp: (B, T) float, log pi_old of the same tokens, recomputed by the trainer before
+            the update (no gradient). Ignored at mask == 0.
+        advantages: (B,) float (one per response, broadcast over tokens) or (B, T).
+        mask: (B, T) bool or {0, 1} float, 1 on response tokens that count in the loss.
+        eps_low, eps_high: clip range (1 - eps_low, 1 + eps_high); DAPO 0.2 and 0.28.
+        dual_clip: None, or c > 1.
+
+    log r is clamped to +-LOG_RATIO_CLAMP (20) before exp: beyond it the loss is constant and
+    the gradient 0, so an extreme log-prob gap stays finite (issue 7).
+
+    Returns:
+        loss_tok: (B, T) float32, per-token loss, exactly 0 where mask == 0.
+        stats: python floats over masked tokens: clipfrac_low (A < 0 and r < 1 - eps_low),
+            clipfrac_high (A > 0 and r > 1 + eps_high), clipfrac_dual (A < 0 and r > c),
+            ratio_mean, ratio_max, approx_kl (k3 estimator mean of (r - 1) - log r).
+
+    Raises:
+        ValueError: bad clip range or dual_clip, mismatched shapes.
+    """
+    if not (0.0 < eps_low <= eps_high):
+        raise ValueError(
+            f"need 0 < eps_low <= eps_high, got eps_low={eps_low}, eps_high={eps_high} "
+            "(DAPO: 0.2 and 0.28; PPO/GRPO: equal)"
+        )
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be None or > 1 (official scripts: 10), got {dual_clip}")
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.ndim != 2:
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
+            f"{tuple(mask.shape)} must all be the same (B, T)"
+        )
+    if advantages.ndim == 1:
+        if advantages.shape[0] != logp.shape[0]:
+            raise ValueError(f"advantages (B,) has B={advantages.shape[0]}, logp has B={logp.shape[0]}")
+        advantages = advantages[:, None]  # (B, 1)
+    elif advantages.shape != logp.shape:
+        raise ValueError(f"advantages must be (B,) or (B, T), got {tuple(advantages.shape)}")
+
+    valid = mask.bool()  # (B, T)
+    adv = advantages.float()  # (B, 1) or (B, T)
+    # Masked positions get log-ratio 0 (ratio 1) so garbage there can never produce inf * 0 = NaN.
+    # The clamp (LOG_RATIO_CLAMP) keeps exp() finite for extreme gaps; beyond it the loss
+    # saturates and the token's gradient is 0.
+    log_ratio = torch.where(valid, logp.float() - old_logp.float(), 0.0)  # (B, T)
+    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+
+    unclipped = -adv * ratio  # (B, T)
+    clipped = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)  # (B, T)
+    loss_tok = torch.maximum(unclipped, clipped)  # (B, T), negated min of the two objectives
+    if dual_clip is not None:
+        capped = torch.minimum(loss_tok, -adv * dual_clip)  # -adv * c = c * |A| for A < 0
+        loss_tok = torch.where(adv < 0, capped, loss_tok)  # (B, T)
+    loss_tok = torch.where(valid, loss_tok, 0.0)  # (B, T)
+
+    with torch.no_grad():
+        n = valid.sum().clamp(min=1).float()
+        r, a = ratio.detach(), adv.expand_as(ratio)
+        frac = lambda cond: float((cond & valid).sum() / n)  # noqa: E731
+        stats = {
+            "clipfrac_low": frac((a < 0) & (r < 1.0 - eps_low)),
+            "clipfrac_high": frac((a > 0) & (r > 1.0 + eps_high)),
+            "clipfrac_dual": frac((a < 0) & (r > dual_clip)) if dual_clip is not None else 0.0,
+            "ratio_mean": float((r * valid).sum() / n),
+            "ratio_max": float(torch.where(valid, r, 0.0).max()) if valid.any() else 1.0,
+            "approx_kl": float((((r - 1.0) - log_ratio.detach()) * valid).sum() / n),
+        }
+    return loss_tok, stats
+
+
+# --- DAPO: Token-Level Policy Gradient Loss (section 3.3, eq. 8 vs GRPO eq. 5) -------------------
+
+
+def aggregate_loss(
+    loss_tok: torch.Tensor,
+    mask: torch.Tensor,
+    mode: str,
+    *,
+    num_tokens: int | float | None = None,
+    num_seqs: int | None = None,
+    max_len: int | None = None,
+    group_num_tokens: torch.Tensor | None = None,
+    num_groups: int | None = None,
+) -> torch.Tensor:
+    """Reduce per-token losses to the scalar that is back-propagated.
+
+    Paper section 3.3. GRPO (eq. 5) averages tokens within each answer, then answers: every answer
+    weighs the same, so a token of a long answer weighs less than a token of a short one. DAPO
+    (eq. 8) divides the sum over all tokens by the total token count, so every token weighs the
+    same. Modes:
+
+        "token-mean"           sum(loss) / num_tokens, num_tokens = masked tokens of the whole
+                               optimizer step. What the official code does (per batch).
+        "group-token-mean"     paper-literal eq. 8: each group's token sum over that group's token
+                               count, then the mean over groups. Differs from "token-mean" when
+                               groups have different total lengths.
+        "seq-mean-token-mean"  GRPO eq. 5: mean over answers of each answer's token mean.
+        "seq-mean-token-sum"   mean over answers of each answer's token sum.
+        "seq-mean-token-sum-norm"  Dr. GRPO: sum(loss) / (num_seqs * max_len), a constant.
+
+    Gradient accumulation: when a step is split into micro-batches (and ranks), pass the WHOLE
+    step's num_tokens / num_seqs / num_groups / group_num_tokens to every micro-batch; the sum of
+    micro-batch gradients then equals the full-batch gradient exactly (tests/test_dapo.py). Leaving
+    them None uses the local micro-batch counts: correct only when there is one micro-batch.
+
+    Args:
+        loss_tok: (B, T) float, per-token loss from policy_loss (0 at mask == 0).
+        mask: (B, T) bool or {0, 1} float, tokens that count.
+        mode: one of LOSS_AGG_MODES.
+        num_tokens: masked-token count of the whole optimizer step ("token-mean").
+        num_seqs: response count of the whole optimizer step (the "seq-mean-*" modes).
+        max_len: response token budget (the Dr. GRPO constant), "seq-mean-token-sum-norm" only.
+        group_num_tokens: (B,) float, masked-token count of each response's whole group
+            ("group-token-mean" only).
+        num_groups: group count of the whole optimizer step ("group-token-mean" only).
+
+    Returns:
+        0-dim float32 tensor. 0 (still differentiable, never NaN) when the denominator is 0, e.g.
+        every response of the step was overlong-filtered (DAPO_FACTS.md section 6, failure 2).
+
+    Raises:
+        ValueError: unknown mode, missing denominator for the mode, mismatched shapes.
+    """
+    if loss_tok.shape != mask.shape or loss_tok.ndim != 2:
+        raise ValueError(f"loss_tok {tuple(loss_tok.shape)} and mask {tuple(mask.shape)} must be the same (B, T)")
+    m = mask.to(loss_tok.dtype)  # (B, T)
+    masked = loss_tok * m  # (B, T)
+
+    def safe_div(total: torch.Tensor, denom) -> torch.Tensor:
+        denom = float(denom)
+        return total / denom if denom > 0 else total * 0.0
+
+    if mode == "token-mean":
+        denom = m.sum() if num_tokens is None else num_tokens
+        return safe_div(masked.sum(), denom)
+    if mode == "group-token-mean":
+        if group_num_tokens is None or num_groups is None:
+            raise ValueError("mode 'group-token-mean' needs group_num_tokens (B,) and num_groups")
+        if group_num_tokens.shape != loss_tok.shape[:1]:
+            raise ValueError(f"group_num_tokens must be (B,), got {tuple(group_num_tokens.shape)}")
+        per_seq = masked.sum(dim=1)  # (B,)
+        g = group_num_tokens.to(per_seq.dtype)  # (B,)
+        per_seq = torch.where(g > 0, per_seq / g.clamp(min=1.0), 0.0)  # (B,)
+        return safe_div(per_seq.sum(), num_groups)
+    if mode.startswith("seq-mean-"):
+        n_seqs = loss_tok.shape[0] if num_seqs is None else num_seqs
+        seq_sum = masked.sum(dim=1)  # (B,)
+        if mode == "seq-mean-token-mean":
+            seq_len = m.sum(dim=1)  # (B,)
+            seq_val = torch.where(seq_len > 0, seq_sum / seq_len.clamp(min=1.0), 0.0)  # (B,)
+            return safe_div(seq_val.sum(), n_seqs)
+        if mode == "seq-mean-token-sum":
+            return safe_div(seq_sum.sum(), n_seqs)
+        if mode == "seq-mean-token-sum-norm":
+            if max_len is None or max_len <= 0:
+                raise ValueError("mode 'seq-mean-token-sum-norm' needs max_len > 0 (the response token budget)")
+            return safe_div(seq_sum.sum(), n_seqs * max_len)
+    raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {LOSS_AGG_MODES}")
+
+
+# --- DAPO: Overlong Reward Shaping (section 3.4) ---------------------------------------------------
+
+
+def overlong_penalty(
+    lengths: torch.Tensor, *, max_len: int, buffer_len: int, penalty_factor: float = 1.0
+) -> torch.Tensor:
+    """Soft overlong punishment, added to the correctness reward.
+
+    Paper section 3.4, eq. 13, with L_max = max_len and L_cache = buffer_len:
+        0                                       if |y| <= L_max - L_cache
+        ((L_max - L_cache) - |y|) / L_cache     if L_max - L_cache < |y| <= L_max
+        -1                                      if |y| > L_max
+    times penalty_factor. A response that runs into the buffer is punished in proportion to how
+    far it went, instead of a truncated answer being scored like a wrong one.
+
+    Args:
+        lengths: (B,) int, response lengths in tokens (EOS included when generated).
+        max_len: L_max, the generation budget in tokens (paper 20480).
+        buffer_len: L_cache, the soft buffer in tokens (paper 4096), 0 < buffer_len < max_len.
+        penalty_factor: scale, >= 0 (paper 1.0).
+
+    Returns:
+        (B,) float32 in [-penalty_factor, 0], non-increasing in length.
+
+    Raises:
+        ValueError: buffer_len not in (0, max_len), negative penalty_factor.
+    """
+    if not (0 < buffer_len < max_len):
+        raise ValueError(
+            f"need 0 < buffer_len < max_len, got buffer_len={buffer_len}, max_len={max_len} "
+            "(paper: 4096 and 20480)"
+        )
+    if penalty_factor < 0:
+        raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
+    expected = max_len - buffer_len
+    over = (lengths.float() - expected).clamp(min=0.0, max=float(buffer_len))  # (B,) tokens into the buffer
+    return -penalty_factor * over / buffer_len  # (B,) reaches -factor exactly at and beyond max_len
+
+
+def overlong_filter(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """Zero the loss mask of truncated responses (Overlong Filtering).
+
+    Paper section 3.4 (Fig. 5): a response cut off by the length budget says nothing reliable
+    about whether its reasoning was wrong, so its tokens are left out of the loss. They still
+    count in their group's reward mean and std (the paper is silent; this follows the ports).
+    "Truncated" must come from the engine's finish reason, never from pad == eos
+    (DAPO_FACTS.md section 6, failure 4).
+
+    Args:
+        mask: (B, T) bool or float loss mask.
+        truncated: (B,) bool, True for responses that hit the budget without EOS.
+
+    Returns:
+        (B, T) new mask, same dtype as `mask`, rows of truncated responses all 0.
+
+    Raises:
+        ValueError: shapes disagree.
+    """
+    if truncated.shape != mask.shape[:1]:
+        raise ValueError(f"truncated must be (B,)={tuple(mask.shape[:1])}, got {tuple(truncated.shape)}")
+    keep = ~truncated.bool()  # (B,)
+    return mask * keep[:, None].to(mask.dtype)  # (B, T)
+
+
+# --- DAPO: Dynamic Sampling (section 3.2, eq. 11) --------------------------------------------------
+
+
+def dynamic_sampling_keep(correct: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Which groups hold contrast: keep iff 0 < (correct answers) < G.
+
+    Paper section 3.2, the constraint in eq. 11. A group whose answers are all correct or all
+    wrong has advantage 0 for every answer and contributes no gradient, while still diluting the
+    batch. The filter is on correctness, never on the shaped reward: with the overlong penalty an
+    all-wrong group of mixed lengths has unequal rewards and would slip through.
+
+    Args:
+        correct: (B,) bool, verifier verdict of each response, groups contiguous.
+        group_size: G.
+
+    Returns:
+        (n_groups,) bool.
+
+    Raises:
+        ValueError: B not divisible by G, G < 2.
+    """
+    n_groups = _check_group_size(correct.numel(), group_size, "correct")
+    n_correct = correct.bool().view(n_groups, group_size).sum(dim=1)  # (n_groups,)
+    return (n_correct > 0) & (n_correct < group_size)  # (n_groups,)
+
+
+# --- DAPO: log-probabilities and true entropy (shared) ---------------------------------------------
+
+
+class _ChunkedTokenLogprob(torch.autograd.Function):
+    """log_softmax(logits / temperature)[token], forward and backward chunked over rows.
+
+    Autograd through a plain chunked log_softmax would save every chunk's (rows, V) fp32 output
+    for backward, i.e. the full fp32 tensor again. Here backward recomputes the softmax of each
+    chunk: d logp / d logits = (onehot(token) - softmax) / temperature.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, tokens, temperature, chunk_size):  # logits (N, V), tokens (N,)
+        logp = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)  # (N,)
+        for s in range(0, logits.shape[0], chunk_size):
+            z = logits[s : s + chunk_size].float() / temperature  # (n, V) fp32, the one extra tensor
+            logp[s : s + chunk_size] = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1) - torch.logsumexp(z, 1)
+        ctx.save_for_backward(logits, tokens)
+        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        return logp
+
+    @staticmethod
+    def backward(ctx, grad_logp):  # grad_logp (N,)
+        logits, tokens = ctx.saved_tensors
+        grad = torch.empty_like(logits)  # (N, V), dtype of logits
+        for s in range(0, logits.shape[0], ctx.chunk_size):
+            z = logits[s : s + ctx.chunk_size].float() / ctx.temperature  # (n, V)
+            g = -torch.softmax(z, dim=1)  # (n, V)
+            g.scatter_add_(1, tokens[s : s + ctx.chunk_size, None], torch.ones_like(g[:, :1]))
+            g *= grad_logp[s : s + ctx.chunk_size, None] / ctx.temperature
+            grad[s : s + ctx.chunk_size] = g.to(grad.dtype)
+        return grad, None, None, None
+
+
+def token_logprobs(
+    logits: torch.Tensor, tokens: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability of each sampled token and the true entropy at each position.
+
+    Shared by GRPO and DAPO (the ratio in eq. 10 is exp of a difference of these). Both are taken
+    from softmax(logits / temperature): the distribution the sampler drew from. Skipping the
+    temperature makes the first mini-batch's ratio differ from 1 (DAPO_FACTS.md section 6,
+    failure 6). The entropy is -sum_v p_v log p_v over the whole vocabulary, not the mean
+    negative log-prob of the sampled tokens (failure 9). Rows are processed in chunks so that at
+    most one (chunk_size, V) fp32 tensor exists beside the logits (failure 8).
+
+    Args:
+        logits: (B, T, V) any float dtype; logits[b, t] is the distribution that produced
+            tokens[b, t] (i.e. already shifted by one against the input ids).
+        tokens: (B, T) long, sampled response token ids (padding positions may hold any valid id;
+            their values are meaningless and must be masked by the caller).
+        temperature: sampling temperature, > 0.
+        chunk_size: rows (B*T positions) per chunk.
+
+    Returns:
+        logp: (B, T) float32, differentiable w.r.t. logits.
+        entropy: (B, T) float32, detached.
+
+    Raises:
+        ValueError: temperature <= 0, chunk_size < 1, shapes disagree.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if logits.ndim != 3 or logits.shape[:2] != tokens.shape:
+        raise ValueError(f"logits must be (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}")
+    B, T, V = logits.shape
+    flat = logits.reshape(B * T, V)  # (N, V), a view
+    flat_tokens = tokens.reshape(B * T)  # (N,)
+    logp = _ChunkedTokenLogprob.apply(flat, flat_tokens, float(temperature), int(chunk_size))  # (N,)
+    with torch.no_grad():
+        entropy = torch.empty(B * T, dtype=torch.float32, device=logits.device)  # (N,)
+        for s in range(0, B * T, chunk_size):
+            z = flat[s : s + chunk_size].float() / temperature  # (n, V)
+            # H = -sum_v p_v log p_v; xlogy gives 0 where p_v = 0 (a -inf logit), not 0 * -inf = NaN
+            p = torch.softmax(z, dim=1)  # (n, V)
+            entropy[s : s + chunk_size] = -torch.special.xlogy(p, p).sum(dim=1)
+    return logp.view(B, T), entropy.view(B, T)

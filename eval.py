@@ -1,0 +1,604 @@
+"""Evaluation: avg@k, unbiased pass@k, maj@k, greedy pass@1, and what exactly was measured.
+
+    python eval.py --data tiny --k 4                                  # the tiny base policy, tiny task
+    python eval.py --model runs/default --data tiny --k 4 --out runs/default/eval
+    python eval.py --model DIR --data aime2024_dapo_eval --verifier dapo-official --out OUT   # paper protocol
+    torchrun --nproc_per_node=8 eval.py --model DIR --data aime2024_dapo_eval --out OUT
+    python eval.py compare A/report.json B/report.json                # paired: does A beat B?
+
+What the paper measured (DAPO_FACTS.md sections 1 and 5): avg@32 on AIME 2024, the mean accuracy
+over 32 sampled answers per problem (temperature 1.0, top_p 0.7; the official file repeats each of
+the 30 problems 32 times and scores one sample per row, which is the same number). avg@k is not
+greedy pass@1 and not pass@k. Here:
+
+  * avg@k: mean of the (problems, k) correctness matrix.
+  * pass@j, for every j <= k: the unbiased estimator 1 - C(n - c, j) / C(n, j) with n = k samples
+    per problem (Chen et al., 2021, arXiv 2107.03374, eq. 1), never the biased "first j samples"
+    count (DAPO_FACTS.md section 6, failure 11). pass@1 equals avg@k by construction.
+  * maj@k: majority vote over the extracted answers (tie rule in `majority_vote`).
+  * greedy_pass@1: one more generation pass at temperature 0 (`--greedy`, on in this CLI).
+  * a 95% bootstrap interval over problems for each, and `compare` for a paired difference.
+
+Prompts are rebuilt from what the checkpoint saved (final/dapo_run.json: instruction, verifier,
+max_response_len, max_prompt_len), never from this file's defaults; flags override and the
+report says which.
+
+How this file departs from the paper's evaluation (each is recorded in the report's settings):
+  1. The verifier is the checkpoint's (default "dapo", verifier.py's fixed rule). The paper scored
+     with the official rule: pass --verifier dapo-official to compare with its table; the report
+     lists every setting that differs from the paper's protocol.
+  2. Problems are deduplicated by id and k samples drawn per problem, instead of one sample per
+     repeated row; for the official AIME file (32 rows per id) and k = 32 the estimator is the same.
+  3. pass@j, maj@k, greedy pass@1 and the intervals are additions; the paper reports avg@32 only.
+  4. Under torchrun rank r generates problems r::world with its own seed (`rank_seed`), so the
+     drawn samples depend on the number of processes (not on anything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+import train
+import verifier
+import rollout
+
+SHARED_DATA = train.REPO.parent / "shared" / "data"  # offline dataset copies (their README.md)
+DEFAULT_MODEL = train.REPO / "assets" / "tiny-base"
+# The published evaluation (DAPO_FACTS.md sections 1-2), for the report's "differs from the paper" list.
+PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
+                  "verifier": "dapo-official"}
+MAJ_TIE_RULE = ("most frequent extracted answer; unextracted (None) answers do not vote; a tie goes to the "
+                "answer whose first occurrence comes earliest in sample order; no extracted answer = wrong")
+
+
+# --- plumbing: config ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Every setting of `python eval.py`. Empty / 0 means "what the checkpoint saved"."""
+
+    model: str = train.F("", "HF model directory or a run directory (its final/ is used); '' = assets/tiny-base")
+    data: str = train.F("tiny", "'tiny', a .parquet (DAPO layout), a .jsonl with problem/answer, or a name in ../shared/data")
+    k: int = train.F(32, "[k] samples per problem (paper: 32 on AIME 2024)")
+    temperature: float = train.F(1.0, "sampling temperature (paper evaluation 1.0)")
+    top_p: float = train.F(0.7, "nucleus top_p (paper evaluation 0.7)")
+    max_new_tokens: int = train.F(0, "response budget in tokens; 0 = the checkpoint's max_response_len (paper 20480)")
+    max_prompt_len: int = train.F(0, "prompt budget in tokens, left-truncated; 0 = the checkpoint's")
+    instruction: str = train.F("", "'dapo' | 'none'; '' = the checkpoint's")
+    verifier: str = train.F("", f"answer rule, one of {verifier.MODES}; '' = the checkpoint's (paper: dapo-official)")
+    limit: int = train.F(0, "evaluate the first N distinct problems (0 = all)")
+    seed: int = train.F(0, "seeds the sampler (per rank, see rank_seed) and the bootstrap")
+    greedy: bool = train.F(True, "also decode greedily (temperature 0) for greedy_pass@1")
+    engine: str = train.F("auto", "auto | hf | vllm; auto = vllm when `import vllm` works and rollout has VLLMEngine")
+    device: str = train.F("auto", "auto | cpu | cuda (hf engine)")
+    n_boot: int = train.F(2000, "bootstrap resamples of the problems for each interval")
+    ci_level: float = train.F(0.95, "coverage of the bootstrap intervals")
+    out: str = train.F("", "directory for report.json and report.md ('' = print only)")
+
+
+def parse_args(argv: list[str] | None) -> EvalConfig:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in dataclasses.fields(EvalConfig):
+        if f.type in ("bool", bool):
+            ap.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
+        else:
+            ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default, help=f"{f.metadata['help']} (default {f.default!r})")
+    return EvalConfig(**vars(ap.parse_args(argv)))
+
+
+# --- the estimators ---------------------------------------------------------------------------------
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one problem: 1 - C(n - c, k) / C(n, k) (Chen et al., 2021, eq. 1).
+
+    The probability that at least one of k answers drawn without replacement from the n generated
+    ones is correct, given c of the n are correct. Computed as a product so it stays exact for
+    large n (no huge binomials).
+
+    Raises:
+        ValueError: unless 0 <= c <= n and 1 <= k <= n.
+    """
+    if not (0 <= c <= n and 1 <= k <= n):
+        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every k-subset holds a correct answer
+        return 1.0
+    # C(n-c, k) / C(n, k) = prod_{i=0}^{k-1} (n - c - i) / (n - i)
+    return 1.0 - float(np.prod([(n - c - i) / (n - i) for i in range(k)]))
+
+
+def avg_at_k(correct: np.ndarray) -> float:
+    """avg@k, the paper's avg@32: mean of correct, a (problems, k) bool matrix."""
+    return float(np.asarray(correct, dtype=float).mean())
+
+
+def majority_vote(preds: list[str | None]) -> int | None:
+    """Index of the sample whose answer wins the vote, or None when no answer was extracted.
+
+    Tie rule (MAJ_TIE_RULE): answers that could not be extracted (None) do not vote; among the
+    answers with the most votes, the one that first appears earliest in sample order wins. The
+    returned index is that first occurrence. Deterministic and independent of the answer text.
+    """
+    votes = Counter(p for p in preds if p is not None)
+    if not votes:
+        return None
+    top = max(votes.values())
+    return next(i for i, p in enumerate(preds) if p is not None and votes[p] == top)
+
+
+def maj_at_k(preds: list[str | None], truth_correct: list[bool]) -> bool:
+    """maj@k for one problem: whether the majority answer (see `majority_vote`) is correct.
+
+    `truth_correct[i]` is the verifier's verdict on sample i; the vote takes the verdict of the
+    winning answer's first sample. No extracted answer at all counts as wrong.
+    """
+    winner = majority_vote(preds)
+    return winner is not None and bool(truth_correct[winner])
+
+
+def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
+    """Per-problem value of every accuracy metric: {name: (P,) float64}; each metric is its mean.
+
+    records: per-problem dicts from `evaluate` (fields correct (k bools), maj_correct, and
+    greedy_correct when the greedy pass ran). All problems must have the same k.
+    """
+    correct = np.array([r["correct"] for r in records], dtype=bool)  # (P, k)
+    if correct.ndim != 2 or correct.shape[1] < 1:
+        raise ValueError(f"every problem needs the same k >= 1 samples, got a matrix of shape {correct.shape}")
+    P, k = correct.shape
+    c = correct.sum(1)  # (P,) correct samples per problem
+    out = {f"avg@{k}": correct.mean(1)}  # (P,)
+    for j in range(1, k + 1):
+        out[f"pass@{j}"] = np.array([pass_at_k(k, int(ci), j) for ci in c])  # (P,)
+    out[f"maj@{k}"] = np.array([r["maj_correct"] for r in records], dtype=float)  # (P,)
+    if all("greedy_correct" in r for r in records):
+        out["greedy_pass@1"] = np.array([r["greedy_correct"] for r in records], dtype=float)  # (P,)
+    return out
+
+
+def bootstrap_ci(values: np.ndarray, *, n_boot: int, level: float, seed: int) -> tuple:
+    """Percentile bootstrap interval of mean(values), resampling problems with replacement.
+
+    values: (P,) one number per problem (accuracy, pass@j estimate, ...), or (P, M) to resample the
+    same problems for M columns at once (then the bounds are (M,) arrays). This is uncertainty over
+    which problems were drawn; within a problem pass@j is still the unbiased estimator, not a
+    bootstrap over samples (DAPO_FACTS.md section 6, failure 11).
+    """
+    values = np.asarray(values, dtype=float)
+    if len(values) == 0 or n_boot < 1 or not 0 < level < 1:
+        raise ValueError(f"bootstrap needs >= 1 problem, n_boot >= 1, 0 < level < 1; got {len(values)}, {n_boot}, {level}")
+    P = len(values)
+    # How often each problem is drawn in each resample; a matrix product then gives every mean
+    # without materialising (n_boot, P, M) values.
+    counts = np.random.default_rng(seed).multinomial(P, np.full(P, 1 / P), size=n_boot)  # (n_boot, P)
+    means = counts @ values / P  # (n_boot,) or (n_boot, M)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
+    return lo, hi
+
+
+def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, level: float, seed: int) -> dict:
+    """Difference mean(a) - mean(b) of two models on the same problems, with a paired interval.
+
+    a, b: (P,) per-problem values, problem i in the same position in both. Each resample draws
+    problems once and takes both models' values on them, so problem difficulty cancels out.
+    Returns {"a", "b", "diff", "lo", "hi", "excludes_zero"}.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"paired comparison needs two (P,) arrays over the same problems, got {a.shape} and {b.shape}")
+    lo, hi = bootstrap_ci(a - b, n_boot=n_boot, level=level, seed=seed)
+    return {"a": float(a.mean()), "b": float(b.mean()), "diff": float((a - b).mean()), "lo": float(lo), "hi": float(hi),
+            "excludes_zero": bool(lo > 0 or hi < 0)}
+
+
+# --- plumbing: splitting problems across ranks ---------------------------------------------------
+
+
+def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
+    """Problem indices rank `rank` generates: (indices, how many are real).
+
+    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
+    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
+    otherwise). Results of the padding are dropped before the gather.
+    """
+    if not (0 <= rank < world and n >= 1):
+        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
+    real = list(range(rank, n, world))
+    return real + [0] * (-(-n // world) - len(real)), len(real)
+
+
+def unshard(parts: list[list], world: int) -> list:
+    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
+    out = [None] * sum(map(len, parts))
+    for r, part in enumerate(parts):
+        for j, x in enumerate(part):
+            out[r + j * world] = x
+    return out
+
+
+def rank_seed(seed: int, rank: int, world: int) -> int:
+    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
+    if world == 1:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
+
+
+# --- generation and scoring -----------------------------------------------------------------------------
+
+
+def _score_group(problem, group, tokenizer, mode: str) -> list:
+    texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group]
+    return verifier.score_batch(texts, [problem.answer] * len(texts), mode=mode)
+
+
+def _problem_record(problem, group, scores, greedy) -> dict:
+    """Everything the report needs about one problem (k samples, plus the greedy one if any)."""
+    correct = [s.correct for s in scores]
+    lengths = [len(s.token_ids) for s in group]
+    preds = [s.pred for s in scores]
+    mean_of = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
+    winner = majority_vote(preds)
+    rec = {
+        "id": problem.id, "answer": problem.answer, "accuracy": float(np.mean(correct)), "n_correct": int(sum(correct)),
+        "mean_length": float(np.mean(lengths)),
+        "mean_length_correct": mean_of([n for n, c in zip(lengths, correct) if c]),
+        "mean_length_wrong": mean_of([n for n, c in zip(lengths, correct) if not c]),
+        "truncated_frac": float(np.mean([s.truncated for s in group])),
+        "maj_pred": None if winner is None else preds[winner], "maj_correct": maj_at_k(preds, correct),
+        "reasons": dict(Counter(s.reason for s in scores)),
+        "correct": correct, "lengths": lengths, "truncated": [s.truncated for s in group], "preds": preds,
+    }
+    if greedy is not None:
+        (g_sample,), (g_score,) = greedy
+        rec.update(greedy_correct=g_score.correct, greedy_pred=g_score.pred, greedy_reason=g_score.reason,
+                   greedy_length=len(g_sample.token_ids), greedy_truncated=g_sample.truncated)
+    return rec
+
+
+def evaluate(engine, tokenizer, problems, cfg, *, seed: int, build_prompt, greedy: bool = False,
+             n_boot: int = EvalConfig.n_boot, ci_level: float = EvalConfig.ci_level, rank: int = 0, world: int = 1) -> dict:
+    """Sample cfg.eval_k answers per problem, score them, and summarise with intervals.
+
+    Args:
+        engine: a rollout.Engine.
+        tokenizer: the policy's tokenizer (decodes responses for the verifier).
+        problems: train.Problem list, one per distinct problem (train.dedupe_by_id).
+        cfg: a train.Config; uses eval_k, eval_temperature, eval_top_p, max_response_len (the
+            response budget in tokens), verifier, model, instruction.
+        seed: sampler seed (see `rank_seed`) and bootstrap seed.
+        build_prompt: the function that turned problems into prompts during training, so the
+            evaluation prompt is the training prompt.
+        greedy: also decode greedily once per problem (greedy_pass@1).
+        rank, world: this process's place under torchrun; every rank must call with the same
+            problems, generates its `shard`, and receives all results (all_gather). Default: one
+            process generates everything.
+
+    Returns:
+        {"metrics": {avg@k, pass@1..pass@k, maj@k, [greedy_pass@1], mean_length, ...},
+         "ci": {metric: [lo, hi]}, "per_problem": [record per problem], "length_table": [...],
+         "settings": {...}, "correct": (P, k) list of lists}
+
+    Raises:
+        ValueError: no problems, or k < 1.
+    """
+    k = cfg.eval_k
+    if not problems or k < 1:
+        raise ValueError(f"evaluate needs problems and eval_k >= 1, got {len(problems)} problems and k={k}")
+    idx, n_real = shard(len(problems), rank, world)
+    mine = [problems[i] for i in idx]
+    prompts = [build_prompt(p, tokenizer, cfg) for p in mine]  # (P_rank,) lists of token ids
+    params = rollout.SamplingParams(n=k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                                    top_p=cfg.eval_top_p, seed=rank_seed(seed, rank, world))
+    t0 = time.perf_counter()
+    samples = engine.generate(prompts, params)  # (P_rank, k) Samples
+    gen_s = time.perf_counter() - t0
+    greedy_samples, greedy_s = [None] * len(mine), 0.0
+    if greedy:
+        t0 = time.perf_counter()
+        greedy_samples = engine.generate(prompts, dataclasses.replace(params, n=1, temperature=0.0))  # (P_rank, 1)
+        greedy_s = time.perf_counter() - t0
+    records = []
+    for p, group, g in list(zip(mine, samples, greedy_samples))[:n_real]:  # padding dropped (see `shard`)
+        greedy_scored = None if g is None else (g, _score_group(p, g, tokenizer, cfg.verifier))
+        records.append(_problem_record(p, group, _score_group(p, group, tokenizer, cfg.verifier), greedy_scored))
+    parts = train.all_gather_objects((records, gen_s, greedy_s), train.Dist(rank, world))
+    records = unshard([part[0] for part in parts], world)
+
+    metrics, ci = summarize(records, n_boot=n_boot, ci_level=ci_level, seed=seed)
+    gen_s = max(part[1] for part in parts)  # the slowest rank's wall time
+    metrics.update(gen_seconds=gen_s, gen_tokens_per_s=sum(sum(r["lengths"]) for r in records) / max(gen_s, 1e-9))
+    if greedy:
+        metrics["greedy_gen_seconds"] = max(part[2] for part in parts)
+    settings = {
+        "model": cfg.model or str(DEFAULT_MODEL.relative_to(train.REPO)), "n_problems": len(records),
+        "n_samples": k, "k": k, "temperature": cfg.eval_temperature, "top_p": cfg.eval_top_p, "seed": seed,
+        "max_new_tokens": cfg.max_response_len, "max_prompt_len": cfg.max_prompt_len, "instruction": cfg.instruction,
+        "template_hash": train.template_hash(tokenizer, cfg), "verifier": cfg.verifier,
+        "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "engine_seeded": engine.seeded,
+        "greedy": greedy, "world_size": world, "n_boot": n_boot, "ci_level": ci_level, "commit": repo_commit(),
+        "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
+        "maj_tie_rule": MAJ_TIE_RULE,
+    }
+    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, cfg.max_response_len),
+            "settings": settings, "correct": [r["correct"] for r in records]}
+
+
+def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -> tuple[dict, dict]:
+    """Metrics over problems and their bootstrap intervals: ({name: value}, {name: [lo, hi]}).
+
+    Accuracy metrics (`problem_scores`) get intervals; the length metrics are over all samples and
+    are None when no sample is correct (or wrong).
+    """
+    scores = problem_scores(records)  # {metric: (P,)}
+    names = list(scores)
+    lo, hi = bootstrap_ci(np.stack([scores[m] for m in names], 1), n_boot=n_boot, level=ci_level, seed=seed)  # (M,)
+    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
+    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
+    metrics = {m: float(scores[m].mean()) for m in names}
+    metrics.update({
+        "mean_length": float(lengths.mean()),
+        "mean_length_correct": float(lengths[correct].mean()) if correct.any() else None,
+        "mean_length_wrong": float(lengths[~correct].mean()) if (~correct).any() else None,
+        "truncated_frac": float(np.mean([t for r in records for t in r["truncated"]])),
+    })
+    return metrics, {m: [float(lo[i]), float(hi[i])] for i, m in enumerate(names)}
+
+
+def length_table(records: list[dict], max_new_tokens: int) -> list[dict]:
+    """Accuracy by response length: four equal bins of the budget, then the truncated responses.
+
+    Returns rows {"bin", "samples", "share", "accuracy" (None for an empty bin)}.
+    """
+    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
+    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
+    trunc = np.array([t for r in records for t in r["truncated"]], dtype=bool)  # (P*k,)
+    edges = [round(max_new_tokens * q / 4) for q in range(5)]
+    rows = []
+    for lo, hi in zip(edges[:-1], edges[1:]):
+        last = hi == edges[-1]
+        sel = ~trunc & (lengths >= lo) & ((lengths <= hi) if last else (lengths < hi))  # (P*k,)
+        rows.append((f"[{lo}, {hi}{']' if last else ')'}", sel))
+    rows.append((f"truncated (hit {max_new_tokens})", trunc))
+    return [{"bin": name, "samples": int(sel.sum()), "share": float(sel.mean()),
+             "accuracy": float(correct[sel].mean()) if sel.any() else None} for name, sel in rows]
+
+
+def paper_deviations(settings: dict) -> list[str]:
+    """Each setting that differs from the paper's AIME 2024 avg@32 protocol, as 'name: ours (paper x)'."""
+    return [f"{key}: {settings.get(key)!r} (paper {want!r})" for key, want in PAPER_PROTOCOL.items()
+            if settings.get(key) != want]
+
+
+# --- plumbing: inputs ----------------------------------------------------------------------------------
+
+
+def repo_commit() -> str:
+    """`git rev-parse HEAD` of this repository (+"-dirty" with uncommitted changes), else "unknown"."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=train.REPO, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=train.REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):  # no git binary, or a hung filesystem
+        return "unknown"
+    if head.returncode != 0:  # not a repository, or no commit yet
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def resolve_model(spec: str) -> Path:
+    """The HF model directory: '' is the tiny base policy; a run directory means its final/."""
+    path = Path(spec) if spec else DEFAULT_MODEL
+    if (path / "final" / "dapo_run.json").exists():
+        path = path / "final"
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
+                                f"directory holding final/ (the default model is built by `python tiny.py build`)")
+    return path
+
+
+def checkpoint_config(model_dir: Path, ecfg: EvalConfig) -> tuple[train.Config, str]:
+    """train.Config the checkpoint was trained with (final/dapo_run.json), eval flags applied on top.
+
+    Returns (config, where its prompt and budget settings came from).
+
+    Raises:
+        ValueError: a model other than the tiny default without dapo_run.json and without
+            --max_new_tokens (its response budget is unknown; the paper used 20480).
+    """
+    saved = model_dir / "dapo_run.json"
+    fields = {f.name for f in dataclasses.fields(train.Config)}
+    if saved.exists():
+        base = {k: v for k, v in json.loads(saved.read_text())["config"].items() if k in fields}
+        source = str(saved)
+    elif model_dir.resolve() == DEFAULT_MODEL.resolve() or ecfg.max_new_tokens:
+        base, source = {}, "train.Config defaults (no dapo_run.json)"
+    else:
+        raise ValueError(f"{model_dir} has no dapo_run.json, so its response budget is unknown: pass --max_new_tokens "
+                         f"(paper 20480) and check --instruction / --verifier")
+    overrides = {"max_response_len": ecfg.max_new_tokens, "max_prompt_len": ecfg.max_prompt_len,
+                 "instruction": ecfg.instruction, "verifier": ecfg.verifier}
+    base.update({k: v for k, v in overrides.items() if v})
+    base.update(model=str(model_dir), eval_k=ecfg.k, eval_temperature=ecfg.temperature, eval_top_p=ecfg.top_p,
+                eval_limit=ecfg.limit, seed=ecfg.seed, device=ecfg.device)
+    cfg = train.Config(**base)
+    if cfg.verifier not in verifier.MODES:
+        raise ValueError(f"--verifier must be one of {verifier.MODES}, got {cfg.verifier!r}")
+    return cfg, source
+
+
+def resolve_data(spec: str) -> str:
+    """'tiny', an existing path, or the name of a set in ../shared/data ('aime2024', 'aime2024_dapo_eval')."""
+    if spec == "tiny" or Path(spec).exists():
+        return spec
+    for name in (spec, f"{spec}.jsonl", f"{spec}.parquet"):
+        if (SHARED_DATA / name).exists():
+            return str(SHARED_DATA / name)
+    known = sorted(p.stem for p in SHARED_DATA.iterdir() if p.suffix in (".jsonl", ".parquet"))
+    raise FileNotFoundError(f"--data {spec!r} is not 'tiny', a file, or a set in {SHARED_DATA} ({', '.join(known)})")
+
+
+def load_eval_set(spec: str, cfg: train.Config, limit: int = 0) -> tuple[list, dict]:
+    """Distinct problems of a dataset, counted by id (the official AIME file has 32 rows per id).
+
+    Returns (problems, info) with info = {"dataset", "dataset_hash", "dataset_rows",
+    "rows_per_problem"}; rows_per_problem is the repeat count when all ids repeat equally, else a
+    {count: ids} histogram.
+    """
+    rows, name, data_hash = train.load_problems(resolve_data(spec), cfg, held_out=True)
+    repeats = Counter(Counter(p.id for p in rows).values())  # {rows per id: how many ids}
+    problems = train.dedupe_by_id(rows)[: limit or None]
+    rows_per = next(iter(repeats)) if len(repeats) == 1 else {str(c): n for c, n in sorted(repeats.items())}
+    return problems, {"dataset": name, "dataset_hash": data_hash, "dataset_rows": len(rows), "rows_per_problem": rows_per}
+
+
+def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, device):
+    """(engine, tokenizer) for --engine auto | hf | vllm.
+
+    auto picks vLLM when `import vllm` works and rollout.py has a VLLMEngine, else transformers.
+    Assumed VLLMEngine contract: VLLMEngine(model_dir, seed=...) with a .tokenizer attribute.
+    """
+    if choice not in ("auto", "hf", "vllm"):
+        raise ValueError(f"--engine must be auto, hf or vllm, got {choice!r}")
+    try:
+        import vllm  # noqa: F401
+
+        has_vllm = hasattr(rollout, "VLLMEngine")
+    except ImportError:
+        has_vllm = False
+    if choice == "vllm" and not has_vllm:
+        raise RuntimeError("--engine vllm: `import vllm` failed or rollout.py has no VLLMEngine; use --engine hf")
+    if choice == "vllm" or (choice == "auto" and has_vllm):
+        engine = rollout.VLLMEngine(str(model_dir), seed=seed)
+        return engine, engine.tokenizer
+    model, tokenizer = train.load_policy(str(model_dir), device, trust_remote_code=cfg.trust_remote_code)
+    return rollout.HFEngine(model, tokenizer), tokenizer
+
+
+# --- plumbing: reports ----------------------------------------------------------------------------------
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def render_markdown(res: dict) -> str:
+    """report.md: settings, metrics with intervals, paper deviations, length table, per-problem table."""
+    s, m, ci = res["settings"], res["metrics"], res["ci"]
+    out = ["# Evaluation report", "", "## Settings", ""]
+    out += [f"- {key}: `{val}`" for key, val in s.items()]
+    dev = paper_deviations(s)
+    out += ["", "## Comparable with the paper's Table 1 (AIME 2024 avg@32)?", ""]
+    out += [f"- differs: {d}" for d in dev] if dev else ["- yes: every protocol setting matches"]
+    level = round(100 * s["ci_level"])
+    out += ["", "## Metrics", "", f"| metric | value | {level}% bootstrap CI over problems |", "|---|---:|---|"]
+    out += [f"| {k} | {_fmt(v)} | {'[' + _fmt(ci[k][0]) + ', ' + _fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
+    out += ["", "## Length and correctness", "", "| response length (tokens) | samples | share | accuracy |", "|---|---:|---:|---:|"]
+    out += [f"| {r['bin']} | {r['samples']} | {_fmt(r['share'])} | {_fmt(r['accuracy'])} |" for r in res["length_table"]]
+    greedy = s["greedy"]
+    out += ["", "## Per problem", "", "| id | accuracy | correct/k | maj | " + ("greedy | " if greedy else "")
+            + "mean length | length correct | length wrong | truncated | verifier reasons |",
+            "|---|---:|---:|---|" + ("---|" if greedy else "") + "---:|---:|---:|---:|---|"]
+    for r in res["per_problem"]:
+        reasons = " ".join(f"{k}:{v}" for k, v in sorted(r["reasons"].items()))
+        out.append(f"| {r['id']} | {_fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
+                   + (f"{r['greedy_correct']} | " if greedy else "")
+                   + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
+                   f"{_fmt(r['truncated_frac'])} | {reasons} |")
+    return "\n".join(out) + "\n"
+
+
+def write_report(res: dict, out_dir: str | Path) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps({**res, "paper_deviations": paper_deviations(res["settings"])}, indent=2) + "\n")
+    (out / "report.md").write_text(render_markdown(res))
+
+
+def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
+    """Paired comparison of two reports on the same problems: {"metrics": {name: paired_bootstrap}, "warnings"}.
+
+    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it.
+
+    Raises:
+        ValueError: the reports do not cover the same problem ids with the same k.
+    """
+    ids_a, ids_b = [r["id"] for r in a["per_problem"]], [r["id"] for r in b["per_problem"]]
+    if sorted(ids_a) != sorted(ids_b) or a["settings"]["k"] != b["settings"]["k"]:
+        raise ValueError(f"compare needs the same problem ids and k: A has {len(ids_a)} problems, k={a['settings']['k']}; "
+                         f"B has {len(ids_b)}, k={b['settings']['k']}; rerun both with the same --data/--limit/--k")
+    order = {pid: i for i, pid in enumerate(ids_b)}
+    sa, sb = problem_scores(a["per_problem"]), problem_scores([b["per_problem"][order[pid]] for pid in ids_a])
+    k = a["settings"]["k"]
+    names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1") if m in sa and m in sb]
+    # Differences that change what was measured, or which samples were drawn (seed, world_size).
+    keys = ("dataset_hash", "temperature", "top_p", "max_new_tokens", "seed", "world_size", "verifier",
+            "verifier_version", "instruction")
+    warnings = [f"{key} differs: A {a['settings'].get(key)!r}, B {b['settings'].get(key)!r}"
+                for key in keys if a["settings"].get(key) != b["settings"].get(key)]
+    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings,
+            "metrics": {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}}
+
+
+def compare_main(argv: list[str]) -> dict:
+    ap = argparse.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
+    ap.add_argument("a", help="report.json of model A")
+    ap.add_argument("b", help="report.json of model B")
+    ap.add_argument("--n_boot", type=int, default=EvalConfig.n_boot, help="bootstrap resamples of the problems")
+    ap.add_argument("--ci_level", type=float, default=EvalConfig.ci_level, help="coverage of the interval")
+    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    args = ap.parse_args(argv)
+    res = compare(json.loads(Path(args.a).read_text()), json.loads(Path(args.b).read_text()),
+                  n_boot=args.n_boot, level=args.ci_level, seed=args.seed)
+    print(f"A = {args.a}\nB = {args.b}\n{res['n_problems']} problems, k = {res['k']}, paired bootstrap over problems")
+    for w in res["warnings"]:
+        print(f"WARNING: {w}")
+    for m, r in res["metrics"].items():
+        verdict = ("A > B" if r["diff"] > 0 else "A < B") if r["excludes_zero"] else "no difference shown (interval contains 0)"
+        print(f"{m:>14}: A {r['a']:.3f}  B {r['b']:.3f}  A-B {r['diff']:+.3f}  "
+              f"{round(100 * args.ci_level)}% CI [{r['lo']:+.3f}, {r['hi']:+.3f}]  {verdict}")
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:])
+    import torch
+
+    ecfg = parse_args(argv)
+    torch.set_num_threads(1)
+    model_dir = resolve_model(ecfg.model)
+    cfg, source = checkpoint_config(model_dir, ecfg)
+    dist, device = train.init_distributed(cfg)  # torchrun: one process per device, problems split by `shard`
+    engine, tokenizer = make_engine(ecfg.engine, model_dir, cfg, ecfg.seed, device)
+    problems, info = load_eval_set(ecfg.data, cfg, ecfg.limit)
+    res = evaluate(engine, tokenizer, problems, cfg, seed=ecfg.seed, build_prompt=train.build_prompt, greedy=ecfg.greedy,
+                   n_boot=ecfg.n_boot, ci_level=ecfg.ci_level, rank=dist.rank, world=dist.world)
+    res["settings"].update(config_source=source, **info)
+    if not dist.main:
+        return None
+    for m, v in res["metrics"].items():
+        interval = f"  [{res['ci'][m][0]:.3f}, {res['ci'][m][1]:.3f}]" if m in res["ci"] else ""
+        print(f"{m:>20}: {_fmt(v)}{interval}")
+    print(json.dumps(res["settings"], indent=2))
+    for d in paper_deviations(res["settings"]):
+        print(f"differs from the paper's protocol: {d}")
+    if ecfg.out:
+        write_report(res, ecfg.out)
+        print(f"wrote {ecfg.out}/report.json and report.md")
+    return res
+
+
+if __name__ == "__main__":
+    main()

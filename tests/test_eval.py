@@ -1,0 +1,357 @@
+"""Tests of eval.py: the estimators, the bootstrap, the rank split, the data counts, and the CLI.
+
+Three kinds (STYLE.md rule 11):
+  - the estimators against brute force and hand-derived values (pass@k by enumerating subsets,
+    maj@k ties worked out by hand, avg@k as the mean of the correctness matrix);
+  - slow reference versus fast: a scripted engine evaluated on 1 process and on 2 or 3 simulated
+    ranks (threads sharing a fake all_gather) must give the same per-problem results;
+  - end-to-end runs of `python eval.py` (its `main`) on the tiny default model, on the official
+    AIME 2024 parquet and on the tiny task, plus `eval.py compare` on their reports.
+
+The end-to-end tests use the shipped model (assets/tiny-base). EVAL_TEST_MODEL=DIR points them at
+another HF directory (for example one built with `python tiny.py build --steps 20 --out DIR`).
+
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_eval.py
+"""
+
+import itertools
+import json
+import math
+import os
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import eval as ev  # noqa: E402
+import rollout  # noqa: E402
+import train  # noqa: E402
+
+FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+AIME_PARQUET = ev.SHARED_DATA / "aime2024_dapo_eval.parquet"
+TEST_MODEL = os.environ.get("EVAL_TEST_MODEL", "")  # '' = the shipped default, assets/tiny-base
+
+
+# --- pass@k --------------------------------------------------------------------------------------
+
+
+@FEW
+@given(st.integers(1, 8).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+def test_pass_at_k_matches_enumeration_of_subsets(nck):
+    n, c, k = nck
+    answers = [True] * c + [False] * (n - c)
+    subsets = list(itertools.combinations(range(n), k))
+    brute = sum(any(answers[i] for i in s) for s in subsets) / len(subsets)
+    assert ev.pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12)
+
+
+def test_pass_at_k_hand_values():
+    assert ev.pass_at_k(4, 1, 4) == 1.0  # every 4-subset of 4 samples holds the correct one
+    assert ev.pass_at_k(4, 1, 1) == pytest.approx(0.25)  # pass@1 = c / n
+    assert ev.pass_at_k(4, 2, 2) == pytest.approx(1 - 1 / 6)  # C(2,2)/C(4,2) = 1/6 draws miss both
+    assert ev.pass_at_k(32, 0, 32) == 0.0
+    assert ev.pass_at_k(1000, 1, 1) == pytest.approx(1e-3)  # large n stays exact (product form)
+    for bad in [(4, 5, 1), (4, 1, 0), (4, 1, 5), (4, -1, 1)]:
+        with pytest.raises(ValueError):
+            ev.pass_at_k(*bad)
+
+
+# --- avg@k and the per-problem scores -----------------------------------------------------------------
+
+
+def _records(correct: np.ndarray) -> list[dict]:
+    return [{"correct": row.tolist(), "maj_correct": bool(row.mean() > 0.5)} for row in correct]
+
+
+@FEW
+@given(st.integers(1, 6), st.integers(1, 6), st.randoms(use_true_random=False))
+def test_avg_at_k_is_mean_of_correctness_matrix(P, k, rnd):
+    correct = np.array([[rnd.random() < 0.4 for _ in range(k)] for _ in range(P)])  # (P, k)
+    scores = ev.problem_scores(_records(correct))
+    assert ev.avg_at_k(correct) == pytest.approx(correct.mean())
+    assert scores[f"avg@{k}"].mean() == pytest.approx(correct.mean())
+    assert scores["pass@1"].mean() == pytest.approx(correct.mean())  # pass@1 estimator = c / n
+    assert set(scores) >= {f"pass@{j}" for j in range(1, k + 1)}
+    for j in range(1, k):  # pass@j never decreases with j
+        assert np.all(scores[f"pass@{j + 1}"] >= scores[f"pass@{j}"] - 1e-12)
+
+
+# --- maj@k and its tie rule ---------------------------------------------------------------------------
+
+
+def test_majority_vote_plain_majority():
+    assert ev.majority_vote(["7", "8", "8"]) == 1  # "8" has 2 votes; its first sample is index 1
+    assert ev.majority_vote([None, None, None, "4"]) == 3  # unextracted answers do not vote
+
+
+def test_majority_vote_ties_go_to_earliest_first_occurrence():
+    assert ev.majority_vote(["3", "5", "5", "3"]) == 0  # 2-2 tie; "3" appears first (index 0)
+    assert ev.majority_vote(["5", "3", "3", "5"]) == 0  # same votes, other order: "5" wins
+    assert ev.majority_vote([None, "5", None, "3", "3", "5"]) == 1  # 2-2 tie; "5" first at index 1
+    assert ev.majority_vote(["1", "2", "3"]) == 0  # all tied at one vote: the first sample's answer
+    assert ev.majority_vote([None, None]) is None
+    assert ev.majority_vote([]) is None
+
+
+def test_maj_at_k_takes_the_verdict_of_the_winning_answer():
+    assert ev.maj_at_k(["3", "5", "5", "3"], [False, True, True, False]) is False  # tie -> "3", wrong
+    assert ev.maj_at_k(["5", "3", "3", "5"], [True, False, False, True]) is True  # tie -> "5", right
+    assert ev.maj_at_k(["7", "8", "8"], [True, False, False]) is False  # one right answer is outvoted
+    assert ev.maj_at_k([None, None, "4"], [False, False, True]) is True
+    assert ev.maj_at_k([None, None], [False, False]) is False  # nothing extracted: wrong
+
+
+# --- bootstrap ----------------------------------------------------------------------------------------
+
+
+def test_bootstrap_interval_contains_mean_and_collapses_on_constants():
+    rng = np.random.default_rng(0)
+    x = rng.random(30)  # (P,)
+    lo, hi = ev.bootstrap_ci(x, n_boot=500, level=0.95, seed=1)
+    assert lo < x.mean() < hi
+    assert hi - lo < 4 * x.std() / math.sqrt(30)  # about 2 * 1.96 standard errors wide
+    lo, hi = ev.bootstrap_ci(np.full(10, 0.25), n_boot=200, level=0.95, seed=1)
+    assert lo == hi == pytest.approx(0.25)
+    with pytest.raises(ValueError):
+        ev.bootstrap_ci(np.array([]), n_boot=10, level=0.95, seed=0)
+
+
+def test_paired_bootstrap_needs_a_real_difference():
+    rng = np.random.default_rng(0)
+    base = rng.random(30)  # (P,) problem difficulty dominates the spread
+    same = ev.paired_bootstrap(base, base, n_boot=500, level=0.95, seed=0)
+    assert same["diff"] == 0 and not same["excludes_zero"]
+    better = ev.paired_bootstrap(base + 0.05, base, n_boot=500, level=0.95, seed=0)
+    assert better["diff"] == pytest.approx(0.05) and better["excludes_zero"]  # paired: tiny shift is clear
+    noisy = ev.paired_bootstrap(base + rng.normal(0, 0.3, 30), base, n_boot=500, level=0.95, seed=0)
+    assert noisy["lo"] < noisy["diff"] < noisy["hi"]
+    with pytest.raises(ValueError):
+        ev.paired_bootstrap(base, base[:5], n_boot=10, level=0.95, seed=0)
+
+
+# --- splitting problems across ranks -----------------------------------------------------------------
+
+
+@FEW
+@given(st.integers(1, 40), st.integers(1, 9))
+def test_shard_then_unshard_is_identity_with_equal_work(n, world):
+    shards = [ev.shard(n, r, world) for r in range(world)]
+    assert len({len(idx) for idx, _ in shards}) == 1  # every rank makes the same generate calls
+    parts = [[i for i in idx[:real]] for idx, real in shards]
+    assert sorted(i for p in parts for i in p) == list(range(n))  # each problem exactly once
+    assert ev.unshard(parts, world) == list(range(n))
+
+
+# --- evaluate() with a scripted engine --------------------------------------------------------------------
+
+
+class FakeTokenizer:
+    """One character per token id."""
+
+    chat_template = "fake"
+
+    def decode(self, ids, skip_special_tokens=True):
+        return "".join(map(chr, ids))
+
+
+def fake_prompt(problem, tokenizer, cfg):
+    return [ord(c) for c in problem.id]
+
+
+class ScriptedEngine(rollout.Engine):
+    """Answers from a script keyed by problem id; truncates at the token budget like a real engine."""
+
+    name, version, seeded = "scripted", "1", True
+
+    def __init__(self, script):
+        super().__init__()
+        self.script, self.prompts_seen = script, 0
+
+    def generate(self, prompts, params):
+        self.prompts_seen += len(prompts)
+        out = []
+        for p in prompts:
+            sampled, greedy = self.script["".join(map(chr, p))]
+            texts = [greedy] if params.temperature == 0 else sampled[: params.n]
+            out.append([rollout.Sample([ord(c) for c in t[: params.max_new_tokens]],
+                                       "length" if len(t) > params.max_new_tokens else "stop") for t in texts])
+        return out
+
+
+SCRIPT = {  # id: (4 sampled answers, greedy answer); ground truths 5, 7, 9
+    "p0": (["Answer: 5", "Answer: 5", "Answer: 3", "no idea"], "Answer: 5"),  # c=2, maj "5" right
+    "p1": (["Answer: 1", "Answer: 7", "Answer: 1", "Answer: 7"], "Answer: 2"),  # c=2, tie -> "1", wrong
+    "p2": (["x" * 50] * 4, "x"),  # c=0, all truncated at 40, nothing extracted
+}
+PROBLEMS = [train.Problem(pid, [{"role": "user", "content": pid}], ans) for pid, ans in (("p0", "5"), ("p1", "7"), ("p2", "9"))]
+CFG = train.Config(eval_k=4, max_response_len=40)
+
+
+def test_evaluate_hand_computed_metrics():
+    # Called exactly as train.py calls it (no greedy pass), then with greedy.
+    res = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt)
+    m = res["metrics"]
+    assert {"avg@4", "pass@1", "pass@2", "pass@4", "maj@4", "mean_length", "truncated_frac", "gen_seconds"} <= set(m)
+    assert "greedy_pass@1" not in m
+    assert m["avg@4"] == pytest.approx(4 / 12) == pytest.approx(np.mean(res["correct"]))
+    assert m["pass@2"] == pytest.approx((5 / 6 + 5 / 6 + 0) / 3)  # 1 - C(2,2)/C(4,2) = 5/6 twice, then 0
+    assert m["pass@4"] == pytest.approx(2 / 3)
+    assert m["maj@4"] == pytest.approx(1 / 3)  # only p0; p1's tie goes to the wrong "1"
+    assert m["truncated_frac"] == pytest.approx(4 / 12)
+    assert m["mean_length_correct"] == pytest.approx(9.0)
+    p0, p1, p2 = res["per_problem"]
+    assert (p0["maj_pred"], p1["maj_pred"], p2["maj_pred"]) == ("5", "1", None)
+    assert p2["reasons"] == {"no_answer": 4} and p2["truncated_frac"] == 1.0
+    for name, (lo, hi) in res["ci"].items():
+        assert lo <= m[name] + 1e-12 and m[name] <= hi + 1e-12
+    rows = res["length_table"]
+    assert sum(r["samples"] for r in rows) == 12 and rows[-1]["samples"] == 4 and rows[-1]["accuracy"] == 0.0
+    s = res["settings"]
+    assert (s["n_problems"], s["k"], s["temperature"], s["top_p"], s["max_new_tokens"], s["seed"]) == (3, 4, 1.0, 0.7, 40, 0)
+    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"] == "scripted 1"
+
+    g = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt, greedy=True)
+    assert g["metrics"]["greedy_pass@1"] == pytest.approx(1 / 3)
+    assert [r["greedy_correct"] for r in g["per_problem"]] == [True, False, False]
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
+    """2-4 simulated ranks (threads; all_gather replaced by a barrier) == 1 process."""
+    one = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt, greedy=True)
+    slots, barrier = [None] * world, threading.Barrier(world)
+
+    def fake_all_gather(obj, dist):
+        slots[dist.rank] = obj
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    monkeypatch.setattr(train, "all_gather_objects", fake_all_gather)
+    engines, results = [ScriptedEngine(SCRIPT) for _ in range(world)], [None] * world
+
+    def run(r):
+        results[r] = ev.evaluate(engines[r], FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt,
+                                 greedy=True, rank=r, world=world)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len({e.prompts_seen for e in engines}) == 1  # same generate work on every rank (padding)
+    for res in results:
+        assert res["per_problem"] == one["per_problem"]
+        assert {k: v for k, v in res["metrics"].items() if "seconds" not in k and "per_s" not in k} == \
+            {k: v for k, v in one["metrics"].items() if "seconds" not in k and "per_s" not in k}
+        assert res["settings"]["world_size"] == world
+
+
+# --- inputs: datasets and the checkpoint's config -----------------------------------------------------
+
+
+def test_aime_parquet_has_30_problems_with_32_rows_each():
+    problems, info = ev.load_eval_set("aime2024_dapo_eval", train.Config())
+    assert len(problems) == 30 and len({p.id for p in problems}) == 30
+    assert info["dataset_rows"] == 960 and info["rows_per_problem"] == 32
+    assert info["dataset"] == str(AIME_PARQUET)
+    assert all(p.answer.isdigit() for p in problems)
+    five, _ = ev.load_eval_set(str(AIME_PARQUET), train.Config(), limit=5)
+    assert [p.id for p in five] == [p.id for p in problems[:5]]
+    jsonl, info = ev.load_eval_set("aime2024", train.Config())
+    assert len(jsonl) == 30 and info["rows_per_problem"] == 1
+    with pytest.raises(FileNotFoundError, match="aime2024_dapo_eval"):
+        ev.resolve_data("no-such-set")
+
+
+def test_checkpoint_config_is_used_and_flags_override(tmp_path):
+    run = tmp_path / "run"
+    (run / "final").mkdir(parents=True)
+    (run / "final" / "config.json").write_text("{}")
+    saved = {"config": {"max_response_len": 77, "max_prompt_len": 300, "instruction": "none", "verifier": "dapo-official",
+                        "lr": 0.5, "not_a_field_any_more": 1}}
+    (run / "final" / "dapo_run.json").write_text(json.dumps(saved))
+    model_dir = ev.resolve_model(str(run))  # a run directory means its final/
+    assert model_dir == run / "final"
+    cfg, source = ev.checkpoint_config(model_dir, ev.EvalConfig(k=8))
+    assert (cfg.max_response_len, cfg.max_prompt_len, cfg.instruction, cfg.verifier) == (77, 300, "none", "dapo-official")
+    assert (cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p) == (8, 1.0, 0.7) and source.endswith("dapo_run.json")
+    cfg, _ = ev.checkpoint_config(model_dir, ev.EvalConfig(max_new_tokens=5, verifier="dapo", instruction="dapo"))
+    assert (cfg.max_response_len, cfg.verifier, cfg.instruction) == (5, "dapo", "dapo")
+    foreign = tmp_path / "hf"
+    foreign.mkdir()
+    with pytest.raises(ValueError, match="--max_new_tokens"):
+        ev.checkpoint_config(foreign, ev.EvalConfig())  # budget unknown: refuse to guess
+    with pytest.raises(ValueError, match="--verifier"):
+        ev.checkpoint_config(foreign, ev.EvalConfig(max_new_tokens=5, verifier="nope"))
+    with pytest.raises(FileNotFoundError):
+        ev.resolve_model(str(foreign))
+
+
+def test_paper_deviations_lists_each_difference():
+    assert ev.paper_deviations(dict(ev.PAPER_PROTOCOL)) == []
+    dev = ev.paper_deviations({**ev.PAPER_PROTOCOL, "verifier": "dapo", "k": 4})
+    assert len(dev) == 2 and any(d.startswith("verifier") for d in dev)
+
+
+# --- end to end: the real entry point on the tiny model ----------------------------------------------
+
+
+def _model_args() -> list[str]:
+    path = Path(TEST_MODEL) if TEST_MODEL else ev.DEFAULT_MODEL
+    if not (path / "config.json").exists():
+        pytest.fail(f"no model at {path}: build it with `python tiny.py build` (or set EVAL_TEST_MODEL=DIR)")
+    # An explicit budget works for any model directory (one without dapo_run.json needs it).
+    return ["--model", TEST_MODEL] if TEST_MODEL else []
+
+
+def test_end_to_end_aime_parquet(tmp_path, capsys):
+    out = tmp_path / "aime"
+    ev.main(_model_args() + ["--data", "aime2024_dapo_eval", "--limit", "5", "--k", "2", "--max_new_tokens", "16",
+                             "--n_boot", "200", "--out", str(out)])
+    rep = json.loads((out / "report.json").read_text())
+    s = rep["settings"]
+    assert (s["n_problems"], s["k"], s["n_samples"], s["max_new_tokens"]) == (5, 2, 2, 16)
+    assert (s["temperature"], s["top_p"], s["seed"], s["greedy"]) == (1.0, 0.7, 0, True)
+    assert (s["dataset_rows"], s["rows_per_problem"]) == (960, 32)
+    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"].startswith("hf-generate")
+    assert s["model"] and s["config_source"] and s["template_hash"]
+    assert len(rep["per_problem"]) == 5 and all(len(r["correct"]) == 2 for r in rep["per_problem"])
+    assert all(max(r["lengths"]) <= 16 for r in rep["per_problem"])
+    assert {"avg@2", "pass@1", "pass@2", "maj@2", "greedy_pass@1", "gen_seconds"} <= set(rep["metrics"])
+    assert any(d.startswith("k:") for d in rep["paper_deviations"])
+    md = (out / "report.md").read_text()
+    for section in ("## Settings", "## Metrics", "## Length and correctness", "## Per problem", "paper's Table 1"):
+        assert section in md
+    assert "avg@2" in capsys.readouterr().out
+
+
+def test_end_to_end_tiny_task_and_compare(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    common = _model_args() + ["--data", "tiny", "--limit", "12", "--k", "4", "--max_new_tokens", "40", "--n_boot", "200"]
+    res = ev.main(common + ["--out", str(a)])
+    m, correct = res["metrics"], np.array(res["correct"])  # (12, 4)
+    assert correct.shape == (12, 4) and m["avg@4"] == pytest.approx(correct.mean())
+    assert 0.0 < m["avg@4"] < 1.0  # the tiny base policy is right on part of its own task
+    assert m["pass@4"] >= m["pass@1"] and res["ci"]["avg@4"][0] <= m["avg@4"] <= res["ci"]["avg@4"][1]
+    ev.main(common + ["--seed", "1", "--no-greedy", "--out", str(b)])
+    capsys.readouterr()
+    cmp = ev.main(["compare", str(a / "report.json"), str(b / "report.json"), "--n_boot", "200"])
+    printed = capsys.readouterr().out
+    assert "avg@4" in printed and "CI" in printed and "seed differs" in printed
+    assert set(cmp["metrics"]) == {"avg@4", "pass@4", "maj@4"}  # greedy only when both reports have it
+    r = cmp["metrics"]["avg@4"]
+    assert r["lo"] <= r["diff"] <= r["hi"] and r["diff"] == pytest.approx(r["a"] - r["b"])
+    self_cmp = ev.main(["compare", str(a / "report.json"), str(a / "report.json"), "--n_boot", "50"])
+    assert self_cmp["metrics"]["greedy_pass@1"]["diff"] == 0 and not self_cmp["metrics"]["avg@4"]["excludes_zero"]
+    other = json.loads((a / "report.json").read_text())
+    other["per_problem"] = other["per_problem"][:-1]
+    (tmp_path / "short.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="same problem ids"):
+        ev.main(["compare", str(a / "report.json"), str(tmp_path / "short.json")])

@@ -1,0 +1,179 @@
+"""The loop: end-to-end runs of train.py on the tiny default, and loop-level invariants.
+
+Kinds (STYLE.md rule 11): an end-to-end run of the real entry point; slow-reference versus fast
+equivalence (one micro-batch against many, count against token-budget micro-batching); the
+dynamic-sampling round budget with an engine that never yields contrast.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import train
+import verifier
+from rollout import Engine, Sample
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = train.load_policy("", torch.device("cpu"))
+    return model, tok
+
+
+def test_end_to_end_tiny_default(tmp_path):
+    """`python train.py` with a few steps: every output a run promises exists and is consistent."""
+    run = tmp_path / "run"
+    train.main(["--run_dir", str(run), "--steps", "2", "--eval_limit", "8", "--eval_k", "2",
+                "--prompts_per_step", "8", "--gen_prompts_per_round", "12", "--mini_batch_size", "32",
+                "--micro_batch_size", "16"])
+    cfg = json.loads((run / "config.json").read_text())
+    assert cfg["config"]["steps"] == 2 and cfg["verifier_version"] == verifier.VERSION
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [0, 1]
+    for m in metrics:
+        for key in ("train/reward_mean", "train/correct_frac", "groups/all_correct_frac", "groups/all_wrong_frac",
+                    "groups/kept_frac", "groups/gen_rounds", "length/mean", "length/p90", "length/truncated_frac",
+                    "policy/entropy", "policy/clipfrac_low", "policy/clipfrac_high", "policy/approx_kl",
+                    "policy/grad_norm", "time/generate", "time/update", "memory/peak_gb", "envelope/active_samples"):
+            assert key in m and math.isfinite(m[key]), key
+        assert -2.0 <= m["train/reward_mean"] <= 1.0
+        assert m["policy/optimizer_steps"] == 2  # 8 groups x 8 answers / mini-batch 32
+        assert m["envelope/active_samples"] == m["groups/kept"] * 8
+        assert 0 <= m["sampler/logprob_absdiff_max"] < 1e-3  # sampler and trainer agree before the update
+    rollouts = [json.loads(l) for l in (run / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rollouts) == sum(m["groups/generated"] for m in metrics) * 8
+    r = rollouts[0]
+    for key in ("run_id", "policy_version", "verifier_version", "dataset_hash", "seed", "finish_reason", "group_id"):
+        assert r[key] not in (None, "")
+    kept = [r for r in rollouts if r["kept"]]
+    assert kept and all(r["advantage"] is not None for r in kept)
+    assert all(r["truncated"] == (r["finish_reason"] == "length") for r in rollouts)
+    # A response scored correct states its ground truth on its Answer: line.
+    for r in rollouts:
+        if r["correct"]:
+            assert r["pred"] == r["ground_truth"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert "heldout/avg@2" in summary and "heldout_after/avg@2" in summary
+    from transformers import AutoModelForCausalLM
+
+    final = AutoModelForCausalLM.from_pretrained(run / "final")
+    base, _ = train.load_policy("", torch.device("cpu"))
+    diff = max((a - b).abs().max().item() for a, b in zip(final.parameters(), base.parameters()))
+    assert diff > 0, "two DAPO steps left the weights unchanged"
+
+
+def _random_batch(tok, n_groups: int, G: int, seed: int) -> train.Batch:
+    """A batch with uneven prompt and response lengths and a mix of advantages."""
+    g = torch.Generator().manual_seed(seed)
+    prompts, responses = [], []
+    for i in range(n_groups):
+        p = torch.randint(4, 30, (int(torch.randint(5, 15, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(G):
+            prompts.append(p)
+            responses.append(torch.randint(4, 30, (int(torch.randint(1, 20, (1,), generator=g)),), generator=g).tolist())
+    rewards = torch.randint(0, 2, (n_groups * G,), generator=g).float() * 2 - 1
+    import dapo
+
+    return train.Batch(prompts, responses, dapo.group_advantages(rewards, G), torch.ones(n_groups * G),
+                       torch.arange(n_groups).repeat_interleave(G), [None] * (n_groups * G))
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "group-token-mean", "seq-mean-token-mean"])
+def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
+    """One optimizer step with 1 micro-batch, with 5-response micro-batches and with a token budget
+    gives the same weights: the denominators are those of the whole mini-batch."""
+    model0, tok = tiny
+    batch = _random_batch(tok, n_groups=4, G=4, seed=0)
+    base = train.Config(group_size=4, prompts_per_step=4, mini_batch_size=16, loss_agg=loss_agg, lr=1e-2)
+    results = []
+    for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60)):
+        model = copy.deepcopy(model0)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        stats = {}
+        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), train.Dist(), torch.device("cpu"),
+                            tok.pad_token_id, stats)
+        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    start = torch.cat([p.detach().flatten() for p in model0.parameters()])
+    assert (results[0] - start).abs().max() > 1e-6  # the step moved the weights
+    for r in results[1:]:
+        assert torch.allclose(r, results[0], atol=1e-6, rtol=0), (r - results[0]).abs().max()
+
+
+class _AllWrongEngine(Engine):
+    """Answers that are always wrong: every group is all-wrong, dynamic sampling keeps nothing."""
+
+    name, version, seeded = "all-wrong", "0", True
+
+    def generate(self, prompts, params):
+        return [[Sample([5, 1], "stop") for _ in range(params.n)] for _ in prompts]
+
+    def sync_weights(self, model, policy_version):
+        self.policy_version = policy_version
+        return 0.0
+
+
+@pytest.mark.parametrize("policy", ["error", "partial", "skip"])
+def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
+    _, tok = tiny
+    cfg = train.Config(group_size=4, prompts_per_step=2, gen_prompts_per_round=3, max_gen_rounds=3,
+                       mini_batch_size=8, on_exhausted=policy)
+    problems, _, _ = train.load_problems("tiny", cfg, held_out=False)
+    problems = problems[:20]
+    prompt_ids = [train.build_prompt(p, tok, cfg) for p in problems]
+    stream = train.PromptStream(len(problems), 0)
+    stats = {}
+    if policy == "error":
+        with pytest.raises(RuntimeError, match="dynamic sampling kept 0/2 groups after 3 rounds"):
+            train.collect_groups(0, _AllWrongEngine(), stream, problems, prompt_ids, cfg, train.Dist(), tok, stats)
+        return
+    kept = train.collect_groups(0, _AllWrongEngine(), stream, problems, prompt_ids, cfg, train.Dist(), tok, stats)
+    assert kept == [] and stats["groups/gen_rounds"] == 3 and stats["groups/exhausted"] == 1.0
+    assert len(stats["_generated"]) == 9 and stream.position == 9
+
+
+def test_prompt_stream_is_seeded_and_covers_each_epoch():
+    a, b = train.PromptStream(7, 3), train.PromptStream(7, 3)
+    first = a.take(7)
+    assert sorted(first) == list(range(7)) and first == b.take(7)
+    assert sorted(a.take(7)) == list(range(7))
+    assert train.PromptStream(7, 4).take(7) != first
+
+
+def test_bad_dataset_rows_are_named(tmp_path):
+    cfg = train.Config()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?"}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl row 1: field 'answer'"):
+        train.load_problems(str(bad), cfg, held_out=False)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train.load_problems(str(tmp_path / "missing.jsonl"), cfg, held_out=False)
+
+
+def test_config_rejects_inconsistent_settings():
+    with pytest.raises(ValueError, match="loss_agg"):
+        train.parse_config(["--loss_agg", "mean"])
+    with pytest.raises(ValueError, match="eps_low"):
+        train.parse_config(["--eps_high", "0.1"])
+    with pytest.raises(ValueError, match="mini_batch_size"):
+        train.parse_config(["--mini_batch_size", "48"])
+
+
+def test_grpo_preset_turns_every_dapo_switch_off():
+    cfg = train.parse_config(["--preset", "grpo"])
+    assert cfg.eps_high == cfg.eps_low and not cfg.dynamic_sampling and not cfg.overlong_penalty
+    assert not cfg.overlong_filter and cfg.loss_agg == "seq-mean-token-mean"
+
+
+def test_help_documents_every_flag(capsys):
+    with pytest.raises(SystemExit):
+        train.parse_config(["--help"])
+    out = capsys.readouterr().out
+    for f in dataclasses.fields(train.Config):
+        assert f"--{f.name}" in out

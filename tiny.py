@@ -1,0 +1,207 @@
+"""The default task and the tiny base policy that `python train.py` starts from, with no download.
+
+Why this file exists: the mission asks that `python train.py` learn visibly on 2 CPU cores from a
+model that this repository builds or ships. Real models (SmolLM2-135M) barely follow the answer
+format and run at ~20 tokens/s here (../shared/ENGINES.md), so the default is a task and a model
+made for the purpose:
+
+  * Task: add two numbers of 1 to 3 digits by columns, one line per column, then a final
+    "Answer: N" line, the DAPO answer format, checked by verifier.py's "dapo" rule. Responses have
+    variable length (2 to 4 lines), so the length budget, the overlong penalty and token-level
+    weighting all have something to act on. The held-out split is fixed by a hash of the problem text: a held-out
+    problem is never generated for training.
+  * Tokenizer: one token per character plus a few special tokens, saved as an ordinary
+    Hugging Face tokenizer with a chat template.
+  * Model: a Qwen2-architecture decoder (1.23M parameters) warmed up by a short supervised run
+    (`python tiny.py build`) until it follows the format but is often wrong. The result is shipped
+    in assets/tiny-base/ so that every run starts from the same weights; rebuilding it is one
+    command and takes about a minute.
+
+The RL run then does the improving (README "Demo").
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import time
+from pathlib import Path
+
+import torch
+
+ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny-base"
+TASK_VERSION = "column-add-v1"  # bump whenever problem generation or the split changes
+MIN_DIGITS, MAX_DIGITS = 1, 3  # digits per addend
+SPECIAL = ["<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>"]
+CHARS = list("0123456789+-=?:.,()[]*/ \nabcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ$")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ '<|' + m['role'] + '|>' + m['content'] + '\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|assistant|>' }}{% endif %}"
+)
+
+
+# --- plumbing: the task ----------------------------------------------------------------------------
+
+
+def is_held_out(problem: str, held_out_percent: int = 10) -> bool:
+    """True for problems reserved for evaluation (stable across Python versions and machines)."""
+    return int(hashlib.sha256(problem.encode()).hexdigest(), 16) % 100 < held_out_percent
+
+
+def make_problem(rng: random.Random, min_digits: int = MIN_DIGITS, max_digits: int = MAX_DIGITS) -> dict:
+    """One problem: {"problem", "answer", "solution"}; solution is the supervised target.
+
+    Column addition written out, one line per column from the units up, carry shown as "+1":
+
+        What is 347+85?   ->   7+5=12
+                               4+8+1=13
+                               3+0+1=4
+                               Answer: 432
+
+    Each number has min_digits..max_digits digits, so responses range from 2 to max_digits + 1
+    lines: the length varies with the problem, and a longer answer has more places to go wrong.
+    """
+    a, b = (rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1) for d in
+            (rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)))
+    lines, carry, i = [], 0, 0
+    while i < max(len(str(a)), len(str(b))):
+        x, y = (a // 10**i) % 10, (b // 10**i) % 10
+        lines.append(f"{x}+{y}{'+1' if carry else ''}={x + y + carry}")
+        carry = (x + y + carry) // 10
+        i += 1
+    return {"problem": f"What is {a}+{b}?", "answer": str(a + b), "solution": "\n".join(lines) + f"\nAnswer: {a + b}"}
+
+
+def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGITS, max_digits: int = MAX_DIGITS) -> list[dict]:
+    """Up to n distinct problems from one side of the fixed split, each with a stable id.
+
+    Stops early (with fewer rows) once 5000 draws in a row are unusable, i.e. when the split holds
+    fewer than n distinct problems.
+    """
+    rng, rows, seen, misses = random.Random(seed), [], set(), 0
+    while len(rows) < n and misses < 5000:
+        p = make_problem(rng, min_digits, max_digits)
+        misses += 1
+        if p["problem"] in seen or is_held_out(p["problem"]) != held_out:
+            continue
+        seen.add(p["problem"])
+        misses = 0
+        rows.append({"id": f"{TASK_VERSION}-{'test' if held_out else 'train'}-{len(rows)}", **p})
+    return rows
+
+
+# --- plumbing: tokenizer and model ------------------------------------------------------------------
+
+
+def build_tokenizer():
+    """A character-level fast tokenizer: every character one token, decode is concatenation.
+
+    Built from a BPE model with no merges (ENGINES.md: a qwen2 AutoTokenizer would rebuild it
+    as Qwen's own and mangle the text, so it is saved and loaded as PreTrainedTokenizerFast).
+    """
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
+    core.add_special_tokens(SPECIAL)
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<|pad|>", eos_token="<|endoftext|>", padding_side="left"
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_model(vocab_size: int, seed: int = 0):
+    """Qwen2-architecture decoder, ~1.3M parameters (3 layers, width 192)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(
+        vocab_size=vocab_size, hidden_size=192, intermediate_size=512, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=None,
+        torch_dtype="float32",
+    )
+    return Qwen2ForCausalLM(cfg)
+
+
+# --- plumbing: supervised warm-up --------------------------------------------------------------------
+
+
+def build_base(out_dir: Path, *, steps: int, seed: int = 0, batch_size: int = 64, lr: float = 2e-3) -> dict:
+    """Supervised warm-up of a fresh tiny model on training problems, then save it as HF format.
+
+    Stops by step count, not accuracy (ENGINES.md: accuracy jumps sharply, so a fixed step count
+    is the reproducible stopping rule). Returns a summary dict written to out_dir/build.json.
+    """
+    tok = build_tokenizer()
+    model = build_model(len(tok), seed)
+    rows = make_split(steps * batch_size, held_out=False, seed=seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    t0 = time.time()
+    model.train()
+    for step in range(steps):
+        batch = rows[step * batch_size : (step + 1) * batch_size]
+        ids, labels = [], []
+        for r in batch:
+            p = tok.apply_chat_template([{"role": "user", "content": r["problem"]}], add_generation_prompt=True, tokenize=False)
+            p_ids = tok(p, add_special_tokens=False)["input_ids"]
+            s_ids = tok(r["solution"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            ids.append(p_ids + s_ids)
+            labels.append([-100] * len(p_ids) + s_ids)
+        L = max(map(len, ids))
+        x = torch.tensor([i + [tok.pad_token_id] * (L - len(i)) for i in ids])  # (B, L) right-padded
+        y = torch.tensor([l + [-100] * (L - len(l)) for l in labels])  # (B, L)
+        lr_now = lr * min(1.0, (step + 1) / 20)
+        for g in opt.param_groups:
+            g["lr"] = lr_now
+        loss = model(input_ids=x, attention_mask=(x != tok.pad_token_id).long(), labels=y).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if step % 50 == 0 or step == steps - 1:
+            print(f"sft step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    # Mark the tokenizer as a plain fast tokenizer so train.load_policy loads it as saved.
+    tc = out_dir / "tokenizer_config.json"
+    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
+    summary = {"task_version": TASK_VERSION, "sft_steps": steps, "seed": seed, "batch_size": batch_size,
+               "lr": lr, "seconds": round(time.time() - t0, 1), "final_sft_loss": round(loss.item(), 4)}
+    (out_dir / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="supervised warm-up of the tiny base policy, saved in HF format")
+    b.add_argument("--out", type=Path, default=ASSET_DIR)
+    b.add_argument("--steps", type=int, default=250, help="supervised steps (batch 64); 250 gives a policy right ~20-30% of the time")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--lr", type=float, default=3e-3)
+    d = sub.add_parser("data", help="write the train and held-out splits as JSONL (problem/answer)")
+    d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--train", type=int, default=20000)
+    d.add_argument("--test", type=int, default=500)
+    args = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if args.cmd == "build":
+        print(json.dumps(build_base(args.out, steps=args.steps, seed=args.seed, lr=args.lr), indent=2))
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        for name, n, held in (("train", args.train, False), ("test", args.test, True)):
+            with open(args.out / f"{name}.jsonl", "w") as f:
+                for r in make_split(n, held_out=held, seed=0):
+                    f.write(json.dumps(r) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,883 @@
+"""DAPO training: config, data, the loop, logging, checkpoints.
+
+    python train.py                                   # the tiny default: learns on 2 CPU cores
+    python train.py --preset grpo                     # same run, every DAPO switch off (plain GRPO)
+    python train.py --preset paper --model DIR --data dapo_math_17k.parquet   # the paper's settings
+    torchrun --nproc_per_node=8 train.py --preset paper --model DIR --data ...  # several processes
+
+One rollout step (the loop in `train`):
+  1. generate G responses for each prompt of a generation round (rollout.py),
+  2. score them (verifier.py) and add the soft overlong punishment (dapo.overlong_penalty),
+  3. keep only groups with mixed correctness (dapo.dynamic_sampling_keep); repeat 1-3 until the
+     batch holds `prompts_per_step` groups or the round budget is spent,
+  4. group advantages (dapo.group_advantages), overlong filtering of the loss mask,
+  5. old log-probs recomputed by the trainer (not taken from the sampler),
+  6. several mini-batch optimizer steps over the batch: policy_loss (clip-higher) reduced by
+     aggregate_loss (token-level) with denominators counted over the whole mini-batch first,
+  7. log metrics and every rollout with its provenance; hand the new weights to the engine.
+
+How this code departs from the paper and the official code (README "Departures" has the why):
+  1. The answer rule is verifier.py's "dapo" mode (the official rule minus its known false
+     negatives); "--verifier dapo-official" scores exactly as the paper did.
+  2. Loss aggregation defaults to the official per-batch "token-mean"; "group-token-mean" is the
+     paper's eq. 8 read literally (per prompt group).
+  3. When the generation-round budget is exhausted the official code stops with an error; here
+     `on_exhausted` chooses between that ("error"), training on the partial batch ("partial", the
+     default) and skipping the step ("skip").
+  4. The learning-rate scheduler steps once per rollout step (as in the official code), so
+     warm-up is counted in rollout steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import hashlib
+import json
+import math
+import os
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import dapo
+import verifier
+from rollout import HFEngine, RolloutRecord, RolloutWriter, SamplingParams, timed_generate
+
+REPO = Path(__file__).resolve().parent
+
+# The official DAPO instruction, wrapped around bare problems (DAPO_FACTS.md section 5).
+DAPO_PREFIX = (
+    "Solve the following math problem step by step. The last line of your response should be of the "
+    "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
+DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+
+
+# --- plumbing: config ------------------------------------------------------------------------------
+
+
+def F(default, help: str):
+    """A config field whose help text becomes `--help`."""
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class Config:
+    """Every hyper-parameter of a run. Paper symbols in brackets; units in the help text."""
+
+    # run
+    run_dir: str = F("runs/default", "output directory (config, metrics.jsonl, rollouts.jsonl, final/)")
+    run_id: str = F("", "run id recorded with every rollout; empty = derived from time and seed")
+    seed: int = F(0, "one seed for python, numpy, torch, data order and every sampling request")
+    steps: int = F(30, "rollout steps (each: generate, filter, then several optimizer steps)")
+    device: str = F("auto", "auto | cpu | cuda")
+    threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
+    # model and data
+    model: str = F("", "HF model directory; empty = the tiny base policy shipped in assets/tiny-base")
+    trust_remote_code: bool = F(False, "allow model code from the model directory (off: safe loading)")
+    data: str = F("tiny", "training data: 'tiny' (built-in task), a DAPO parquet, or JSONL with problem/answer")
+    eval_data: str = F("tiny", "held-out data evaluated before and after training ('' = none)")
+    eval_limit: int = F(256, "held-out problems evaluated (0 = all)")
+    eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
+    eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
+    eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
+    instruction: str = F("dapo", "how bare problems become prompts: 'dapo' (official instruction) or 'none'; "
+                         "prompts that already hold it, and the tiny task, are used as they are")
+    max_prompt_len: int = F(2048, "prompt token budget; longer prompts are left-truncated (paper 2048)")
+    # sampling
+    group_size: int = F(8, "[G] responses per prompt (paper 16)")
+    prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512)")
+    gen_prompts_per_round: int = F(24, "prompts generated per dynamic-sampling round (paper 1536)")
+    max_gen_rounds: int = F(4, "generation rounds per step before `on_exhausted` applies (paper 10)")
+    on_exhausted: str = F("partial", "when rounds run out: 'error' (official), 'partial' (train on what was kept), 'skip'")
+    max_response_len: int = F(48, "[L_max] response token budget, EOS included (paper 20480)")
+    temperature: float = F(1.0, "training sampling temperature (paper 1.0)")
+    top_p: float = F(1.0, "training nucleus top_p (paper 1.0)")
+    # DAPO switches (each off = GRPO)
+    eps_low: float = F(0.2, "[eps_low] lower clip range (paper 0.2)")
+    eps_high: float = F(0.28, "[eps_high] upper clip range; = eps_low turns Clip-Higher off (paper 0.28)")
+    dual_clip: float = F(0.0, "[c] dual-clip cap for negative advantages; 0 = off (official scripts 10)")
+    dynamic_sampling: bool = F(True, "keep only groups with 0 < correct < G (Dynamic Sampling)")
+    loss_agg: str = F("token-mean", f"loss aggregation, one of {dapo.LOSS_AGG_MODES}; GRPO: seq-mean-token-mean")
+    overlong_filter: bool = F(False, "mask the loss of truncated responses (paper 3.4; later replaced by the penalty)")
+    overlong_penalty: bool = F(True, "add the soft overlong punishment to the reward (paper eq. 13)")
+    overlong_buffer: int = F(8, "[L_cache] soft punishment buffer in tokens (paper 4096)")
+    overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
+    scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
+    verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
+    # optimisation
+    lr: float = F(1e-4, "AdamW learning rate after warm-up (paper 1e-6)")
+    warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
+    weight_decay: float = F(0.0, "AdamW weight decay (scripts 0.1)")
+    grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
+    mini_batch_size: int = F(64, "responses per optimizer step (paper 512 = 16 optimizer steps per rollout step)")
+    micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
+    micro_batch_tokens: int = F(0, "if > 0, form micro-batches by a token budget instead of a count")
+    logprob_chunk: int = F(1024, "positions per chunk in the log-prob/entropy routine")
+    # scale-out (torchrun)
+    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
+                        "rank c % world. 0 = one per rank. Equal values give equal rollouts on any number of ranks")
+    bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
+    activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
+    cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
+
+
+PRESETS: dict[str, dict] = {
+    # The tiny default above is the DAPO recipe at toy scale.
+    "tiny": {},
+    # Same run with every DAPO switch off: plain GRPO (paper Table 1, first row).
+    "grpo": dict(eps_high=0.2, dynamic_sampling=False, loss_agg="seq-mean-token-mean",
+                 overlong_filter=False, overlong_penalty=False),
+    # The published run (DAPO_FACTS.md section 2), for GPU users with --model and --data.
+    "paper": dict(group_size=16, prompts_per_step=512, gen_prompts_per_round=1536, max_gen_rounds=10,
+                  on_exhausted="error", max_response_len=20480, overlong_buffer=4096, max_prompt_len=2048,
+                  lr=1e-6, warmup_steps=10, weight_decay=0.1, grad_clip=1.0, mini_batch_size=512,
+                  micro_batch_size=4, dual_clip=10.0, eval_k=32, eval_top_p=0.7, instruction="dapo",
+                  data="", eval_data="", steps=1000),
+}
+
+
+def parse_config(argv: list[str] | None = None) -> Config:
+    """Config from presets plus command-line flags; every field is a flag with its help."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
+    for f in dataclasses.fields(Config):
+        if f.type in ("bool", bool):
+            ap.add_argument(f"--{f.name}", type=_parse_bool, default=None, metavar="BOOL", help=f.metadata["help"])
+        else:
+            ap.add_argument(f"--{f.name}", type=type(f.default), default=None, help=f"{f.metadata['help']} (default {f.default!r})")
+    args = vars(ap.parse_args(argv))
+    values = dict(PRESETS[args.pop("preset")])
+    values.update({k: v for k, v in args.items() if v is not None})
+    cfg = Config(**values)
+    validate_config(cfg)
+    return cfg
+
+
+def _parse_bool(s: str) -> bool:
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
+
+
+def validate_config(cfg: Config) -> None:
+    """Reject inconsistent settings before any work starts, saying what to change."""
+    if cfg.loss_agg not in dapo.LOSS_AGG_MODES:
+        raise ValueError(f"--loss_agg {cfg.loss_agg!r} is not one of {dapo.LOSS_AGG_MODES}")
+    if cfg.on_exhausted not in ("error", "partial", "skip"):
+        raise ValueError(f"--on_exhausted must be error, partial or skip, got {cfg.on_exhausted!r}")
+    if cfg.verifier not in verifier.MODES:
+        raise ValueError(f"--verifier must be one of {verifier.MODES}, got {cfg.verifier!r}")
+    if cfg.overlong_penalty and not (0 < cfg.overlong_buffer < cfg.max_response_len):
+        raise ValueError(f"--overlong_buffer must be in (0, max_response_len={cfg.max_response_len}), got {cfg.overlong_buffer}")
+    if (cfg.prompts_per_step * cfg.group_size) % cfg.mini_batch_size != 0 or cfg.mini_batch_size % cfg.group_size:
+        raise ValueError(
+            f"prompts_per_step * group_size = {cfg.prompts_per_step * cfg.group_size} responses must be a multiple "
+            f"of --mini_batch_size {cfg.mini_batch_size}, itself a multiple of --group_size {cfg.group_size}"
+        )
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if (cfg.mini_batch_size // cfg.group_size) % world or cfg.prompts_per_step % world:
+        raise ValueError(
+            f"with {world} processes, --prompts_per_step ({cfg.prompts_per_step}) and the groups per mini-batch "
+            f"({cfg.mini_batch_size // cfg.group_size}) must be multiples of {world}: every rank trains whole groups"
+        )
+    if cfg.gen_prompts_per_round < 1 or cfg.max_gen_rounds < 1 or cfg.steps < 0:
+        raise ValueError("--gen_prompts_per_round and --max_gen_rounds must be >= 1, --steps >= 0")
+    if cfg.dual_clip and cfg.dual_clip <= 1:
+        raise ValueError(f"--dual_clip must be 0 (off) or > 1, got {cfg.dual_clip}")
+    dapo.policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
+                     eps_low=cfg.eps_low, eps_high=cfg.eps_high)  # raises on a bad clip range
+
+
+# --- plumbing: distributed state -------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(cfg: Config) -> tuple[Dist, torch.device]:
+    """One process, or torchrun's N processes (nccl on GPU, gloo on CPU)."""
+    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
+    if "RANK" not in os.environ:
+        return Dist(), torch.device("cuda" if use_cuda else "cpu")
+    import torch.distributed as tdist
+
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local)
+    tdist.init_process_group("nccl" if use_cuda else "gloo")
+    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
+
+
+def all_gather_objects(obj, dist: Dist) -> list:
+    if dist.world == 1:
+        return [obj]
+    import torch.distributed as tdist
+
+    out = [None] * dist.world
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
+    if dist.world == 1:
+        return x
+    import torch.distributed as tdist
+
+    t = torch.tensor([x], dtype=torch.float64)
+    tdist.all_reduce(t, op=tdist.ReduceOp.SUM if op == "sum" else tdist.ReduceOp.MAX)
+    return float(t.item())
+
+
+def all_reduce_max(x: float, dist: Dist) -> float:
+    return all_reduce_sum(x, dist, op="max")
+
+
+# --- plumbing: data ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Problem:
+    id: str
+    messages: list  # chat messages; the last user message holds the problem
+    answer: str
+    bare: bool = True  # the text is a bare problem that still needs the instruction
+
+
+def file_hash(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+def load_problems(spec: str, cfg: Config, *, held_out: bool) -> tuple[list[Problem], str, str]:
+    """Read a dataset; returns (problems, name, content hash).
+
+    'tiny' is the built-in task (tiny.py); a .parquet in the official DAPO layout (prompt is a chat
+    message list, reward_model.ground_truth the answer); a .jsonl with problem/answer (or prompt)
+    fields. Every row is validated up front: a bad row names file, row and field.
+    """
+    if spec == "tiny":
+        import tiny
+
+        n = max(cfg.eval_limit, 256) if held_out else 20000
+        rows = tiny.make_split(n, held_out=held_out, seed=cfg.seed if not held_out else 0)
+        # The tiny task's problems carry their own format (tiny.py): no instruction is added.
+        probs = [Problem(r["id"], [{"role": "user", "content": r["problem"]}], r["answer"], bare=False) for r in rows]
+        return probs, f"tiny:{tiny.TASK_VERSION}:{'test' if held_out else 'train'}", hashlib.sha256(
+            json.dumps([[p.id, p.messages, p.answer] for p in probs]).encode()).hexdigest()[:16]
+    path = Path(spec)
+    if not path.exists():
+        raise FileNotFoundError(f"dataset {spec!r} does not exist: pass --data/--eval_data a .parquet or .jsonl path, or 'tiny'")
+    problems = []
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        for i, row in enumerate(pq.read_table(path).to_pylist()):
+            msgs = row.get("prompt")
+            gt = (row.get("reward_model") or {}).get("ground_truth")
+            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and "content" in m for m in msgs):
+                raise ValueError(f"{path} row {i}: field 'prompt' must be a non-empty list of {{role, content}} messages")
+            if not isinstance(gt, str) or not gt.strip():
+                raise ValueError(f"{path} row {i}: field 'reward_model.ground_truth' must be a non-empty string")
+            idx = (row.get("extra_info") or {}).get("index", i)
+            problems.append(Problem(str(idx), [{"role": m.get("role", "user"), "content": m["content"]} for m in msgs], gt.strip()))
+    elif path.suffix == ".jsonl":
+        with open(path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                text = row.get("prompt") if isinstance(row.get("prompt"), str) else row.get("problem")
+                gt = row.get("answer", row.get("ground_truth"))
+                if not isinstance(text, str) or not text.strip():
+                    raise ValueError(f"{path} row {i}: field 'problem' (or 'prompt') must be a non-empty string")
+                if not isinstance(gt, str) or not gt.strip():
+                    raise ValueError(f"{path} row {i}: field 'answer' must be a non-empty string (got {gt!r})")
+                bare = not isinstance(row.get("prompt"), str)  # a full prompt is used as it is
+                problems.append(Problem(str(row.get("id", i)), [{"role": "user", "content": text}], gt.strip(), bare))
+    else:
+        raise ValueError(f"dataset {spec!r}: expected a .parquet (DAPO layout) or .jsonl file")
+    if not problems:
+        raise ValueError(f"dataset {spec!r} has no rows")
+    return problems, str(path), file_hash(path)
+
+
+def dedupe_by_id(problems: list[Problem]) -> list[Problem]:
+    """The official AIME file repeats each problem 32 times: count problems by id, not rows."""
+    seen, out = set(), []
+    for p in problems:
+        if p.id not in seen:
+            seen.add(p.id)
+            out.append(p)
+    return out
+
+
+def build_prompt(problem: Problem, tokenizer, cfg: Config) -> list[int]:
+    """Prompt token ids: official instruction around bare problems, then the chat template."""
+    msgs = [dict(m) for m in problem.messages]
+    if cfg.instruction == "dapo" and problem.bare and not msgs[-1]["content"].startswith(DAPO_PREFIX[:40]):
+        msgs[-1]["content"] = DAPO_PREFIX + msgs[-1]["content"] + DAPO_SUFFIX
+    if tokenizer.chat_template:
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+    else:
+        text = "\n".join(m["content"] for m in msgs) + "\n"
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return ids[-cfg.max_prompt_len :]  # left-truncate (paper: max prompt 2048, truncation left)
+
+
+def template_hash(tokenizer, cfg: Config) -> str:
+    return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}".encode()).hexdigest()[:16]
+
+
+# --- plumbing: model -----------------------------------------------------------------------------------
+
+
+def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
+    """Model and tokenizer from an HF directory (safetensors only; no remote code unless asked)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = path or str(REPO / "assets" / "tiny-base")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"--model {path!r} is not a directory with an HF model (config.json + safetensors)")
+    tok_cfg = Path(path) / "tokenizer_config.json"
+    tok_class = json.loads(tok_cfg.read_text()).get("tokenizer_class") if tok_cfg.exists() else None
+    if tok_class == "PreTrainedTokenizerFast":
+        # AutoTokenizer would rebuild a plain tokenizers-library tokenizer as the model family's own
+        # (qwen2: byte-level BPE) and silently mangle text (ENGINES.md); load it as it was saved.
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    probe = "What is 12+34?\nAnswer: 46"
+    if tokenizer.decode(tokenizer(probe, add_special_tokens=False)["input_ids"]) != probe:
+        raise ValueError(f"tokenizer of {path} does not round-trip {probe!r}; it would corrupt prompts and answers")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # not saved by save_pretrained (ENGINES.md)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
+    ).to(device)
+    return model, tokenizer
+
+
+def wrap_fsdp(model, cfg: Config, device: torch.device, dist: Dist):
+    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
+
+    Mixed precision on GPU: bf16 compute and communication of parameters, fp32 gradient reduction
+    and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo).
+    """
+    if cfg.activation_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if dist.world == 1:
+        return model
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    kw = {}
+    if device.type == "cuda" and cfg.bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if cfg.cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    layer_names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
+    if not layers:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard (no _no_split_modules)")
+    for layer in layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
+    """Full weights in HF format on rank 0 (gathered from FSDP shards when distributed)."""
+    state = None
+    if dist.world > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.main:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+        (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
+
+
+# --- DAPO: one rollout step -----------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    """G rollouts of one prompt, scored."""
+
+    problem: Problem
+    prompt_ids: list[int]
+    samples: list  # rollout.Sample, G of them
+    scores: list  # verifier.Score
+    reward_overlong: torch.Tensor  # (G,)
+    reward: torch.Tensor  # (G,) total reward
+    correct: torch.Tensor  # (G,) bool
+    gen_round: int
+    gen_wall_s: float
+    group_id: str
+    kept: bool = False
+    seed: int = 0  # seed of the generation request that produced the group
+
+
+def score_group(problem, prompt_ids, samples, cfg: Config, gen_round, gen_wall_s, group_id, tokenizer) -> Group:
+    """Correctness (+1/-1) from the verifier plus the soft overlong punishment (paper eq. 13)."""
+    texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
+    scores = [verifier.score(t, problem.answer, mode=cfg.verifier) for t in texts]
+    r_correct = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (G,)
+    lengths = torch.tensor([len(s.token_ids) for s in samples])  # (G,)
+    if cfg.overlong_penalty:
+        r_over = dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,
+                                       penalty_factor=cfg.overlong_factor)  # (G,)
+    else:
+        r_over = torch.zeros(len(samples))  # (G,)
+    return Group(problem, prompt_ids, samples, scores, r_over, r_correct + r_over,
+                 torch.tensor([s.correct for s in scores]), gen_round, gen_wall_s, group_id)
+
+
+class PromptStream:
+    """Endless, seeded, epoch-shuffled stream of problem indices; `position` is resumable."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.position = n, seed, 0
+
+    def take(self, k: int) -> list[int]:
+        out = []
+        for _ in range(k):
+            epoch, i = divmod(self.position, self.n)
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            out.append(int(order[i]))
+            self.position += 1
+        return out
+
+
+def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist: Dist, tokenizer, stats) -> list[Group]:
+    """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling).
+
+    Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
+    (seed, step, round, c) on rank c % world, so the same run on 1 or N processes draws the same
+    rollouts (for equal gen_shards). Every
+    rank receives every group (all_gather), so all ranks make the same keep/stop decision and no
+    collective can hang. Returns the kept groups (at most prompts_per_step) plus, in `stats`,
+    every generated group for logging.
+    """
+    kept, generated = [], []
+    params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
+    n_shards = cfg.gen_shards or dist.world
+    for rnd in range(cfg.max_gen_rounds):
+        idx = stream.take(cfg.gen_prompts_per_round)  # (same on every rank)
+        per = math.ceil(len(idx) / n_shards)
+        local = []
+        for c in range(dist.rank, n_shards, dist.world):  # shard c on rank c % world
+            shard = idx[c * per : (c + 1) * per]
+            seed = _request_seed(cfg.seed, step, rnd, c)
+            samples, wall = timed_generate(engine, [prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
+            local.append((c, seed, wall, shard, samples))
+        t0 = time.perf_counter()
+        shards = sorted((x for part in all_gather_objects(local, dist) for x in part), key=lambda x: x[0])
+        round_groups = []
+        for c, seed, wall, shard, samples in shards:
+            for i, s in zip(shard, samples):
+                g = score_group(problems[i], prompt_ids[i], s, cfg, rnd, wall, f"{step}-{rnd}-{len(round_groups)}", tokenizer)
+                g.seed = seed
+                round_groups.append(g)
+        stats["time/score"] = stats.get("time/score", 0.0) + time.perf_counter() - t0
+        stats["time/generate"] = stats.get("time/generate", 0.0) + max(x[2] for x in shards)
+        generated.extend(round_groups)
+        correct = torch.cat([g.correct for g in round_groups])  # (round prompts * G,)
+        if cfg.dynamic_sampling:
+            keep = dapo.dynamic_sampling_keep(correct, cfg.group_size)  # (round prompts,)
+        else:
+            keep = torch.ones(len(round_groups), dtype=torch.bool)
+        for g, k in zip(round_groups, keep.tolist()):
+            if k and len(kept) < cfg.prompts_per_step:
+                g.kept = True
+                kept.append(g)
+        if len(kept) >= cfg.prompts_per_step:
+            break
+    stats["groups/gen_rounds"] = rnd + 1
+    stats["_generated"] = generated
+    if len(kept) < cfg.prompts_per_step:
+        msg = (f"step {step}: dynamic sampling kept {len(kept)}/{cfg.prompts_per_step} groups after "
+               f"{cfg.max_gen_rounds} rounds of {cfg.gen_prompts_per_round} prompts: nearly every group is all-correct "
+               f"or all-wrong for model {cfg.model or 'tiny'} on data {cfg.data}. Use easier/harder data, a larger "
+               f"--max_gen_rounds or --gen_prompts_per_round, or --on_exhausted partial/skip.")
+        if cfg.on_exhausted == "error":
+            raise RuntimeError(msg)
+        stats["groups/exhausted"] = 1.0
+        if cfg.on_exhausted == "skip":
+            return []
+        # partial: keep whole groups, a multiple of the world size so every rank gets the same count
+        kept = kept[: len(kept) - len(kept) % dist.world]
+    return kept
+
+
+def _request_seed(seed: int, step: int, rnd: int, chunk: int) -> int:
+    return int.from_bytes(hashlib.sha256(f"{seed}-{step}-{rnd}-{chunk}".encode()).digest()[:4], "little")
+
+
+@dataclass
+class Batch:
+    """The trained responses of one rollout step, flattened (B responses, groups contiguous)."""
+
+    prompt_ids: list  # B lists of prompt token ids
+    response_ids: list  # B lists of response token ids
+    advantages: torch.Tensor  # (B,)
+    mask_rows: torch.Tensor  # (B,) 1.0 if the response counts in the loss (0: overlong-filtered)
+    group_index: torch.Tensor  # (B,) long, group of each response within the step
+    sampler_logp: list  # B lists (or None) of the sampler's log-probs
+
+
+def build_batch(groups: list[Group], cfg: Config) -> Batch:
+    rewards = torch.cat([g.reward for g in groups])  # (B,)
+    adv = dapo.group_advantages(rewards, cfg.group_size, scale_by_std=cfg.scale_adv_by_std)  # (B,)
+    truncated = torch.tensor([s.truncated for g in groups for s in g.samples])  # (B,)
+    rows = torch.ones(len(rewards))  # (B,)
+    if cfg.overlong_filter:
+        rows = dapo.overlong_filter(rows[:, None], truncated)[:, 0]  # (B,)
+    return Batch(
+        [g.prompt_ids for g in groups for _ in g.samples],
+        [s.token_ids for g in groups for s in g.samples],
+        adv, rows, torch.arange(len(groups)).repeat_interleave(cfg.group_size),
+        [s.logprobs for g in groups for s in g.samples],
+    )
+
+
+def pad_micro_batch(batch: Batch, idx: list[int], pad_id: int, device):
+    """Left-padded prompts + right-padded responses for the responses in idx.
+
+    Returns input_ids (b, P+T), attention_mask (b, P+T), position_ids (b, P+T), response ids
+    (b, T) and the response loss mask (b, T) (0 on padding and on overlong-filtered rows).
+    """
+    P = max(len(batch.prompt_ids[i]) for i in idx)
+    T = max(len(batch.response_ids[i]) for i in idx)
+    ids = torch.full((len(idx), P + T), pad_id, dtype=torch.long)  # (b, P+T)
+    attn = torch.zeros((len(idx), P + T), dtype=torch.long)  # (b, P+T)
+    for r, i in enumerate(idx):
+        p, o = batch.prompt_ids[i], batch.response_ids[i]
+        ids[r, P - len(p) : P] = torch.tensor(p)
+        ids[r, P : P + len(o)] = torch.tensor(o)
+        attn[r, P - len(p) : P + len(o)] = 1
+    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (b, P+T): left padding must not shift positions
+    resp = ids[:, P:]  # (b, T)
+    mask = attn[:, P:].float() * batch.mask_rows[idx][:, None]  # (b, T)
+    return ids.to(device), attn.to(device), pos.to(device), resp.to(device), mask.to(device)
+
+
+def forward_logprobs(model, ids, attn, pos, resp, cfg: Config):
+    """Log-probs and entropy of the response tokens under `model`: (b, T) each."""
+    T = resp.shape[1]
+    # Only the T positions that predict response tokens need logits (plus the last, dropped).
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
+    return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+
+
+def micro_batches(idx: list[int], batch: Batch, cfg: Config) -> list[list[int]]:
+    """Split a mini-batch into micro-batches by count, or by a token budget (packed by length)."""
+    if cfg.micro_batch_tokens <= 0:
+        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
+    length = lambda i: len(batch.prompt_ids[i]) + len(batch.response_ids[i])  # noqa: E731
+    out, cur, cur_max = [], [], 0
+    for i in sorted(idx, key=length, reverse=True):
+        if cur and max(cur_max, length(i)) * (len(cur) + 1) > cfg.micro_batch_tokens:
+            out.append(cur)
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, length(i))
+    return out + [cur] if cur else out
+
+
+def split_minibatches(batch: Batch, cfg: Config, dist: Dist) -> list[list[int]]:
+    """This rank's response indices in each mini-batch.
+
+    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks; its
+    groups are split contiguously across ranks (never a group across two ranks), so 1 process and
+    N processes take identical optimizer steps.
+    """
+    G, M = cfg.group_size, cfg.mini_batch_size
+    out = []
+    for start in range(0, len(batch.response_ids), M):
+        groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, len(batch.response_ids)))})
+        per_rank = len(groups) // dist.world
+        mine = set(groups[dist.rank * per_rank : (dist.rank + 1) * per_rank])
+        out.append([i for i in range(start, min(start + M, len(batch.response_ids))) if int(batch.group_index[i]) in mine])
+    return out
+
+
+def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, device, pad_id, stats):
+    """Old log-probs, then one optimizer step per mini-batch (paper: 16 per rollout step).
+
+    Denominators (tokens, responses, groups) are counted over the whole mini-batch on all ranks
+    before the first backward, so the gradient is the same for any split into micro-batches and
+    ranks (DAPO_FACTS.md section 3; tests/test_train.py).
+    """
+    minibatches = split_minibatches(batch, cfg, dist)
+    local = [i for mb in minibatches for i in mb]
+
+    # 5. old log-probs, recomputed by the trainer with the weights that generated the batch.
+    t0 = time.perf_counter()
+    old_logp, entropy_sum, sampler_diff = {}, 0.0, []
+    model.eval()
+    with torch.no_grad():
+        for mb in micro_batches(local, batch, cfg):
+            ids, attn, pos, resp, _ = pad_micro_batch(batch, mb, pad_id, device)
+            lp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
+            real = attn[:, ids.shape[1] - resp.shape[1] :].float()  # (b, T) real response tokens
+            entropy_sum += float((ent * real).sum())
+            for r, i in enumerate(mb):
+                old_logp[i] = lp[r, : len(batch.response_ids[i])].cpu()  # (len_i,)
+                if batch.sampler_logp[i] is not None:
+                    sampler_diff.append((old_logp[i] - torch.tensor(batch.sampler_logp[i])).abs())
+    model.train()
+    n_tok = all_reduce_sum(sum(len(batch.response_ids[i]) for i in local), dist)
+    stats["policy/entropy"] = all_reduce_sum(entropy_sum, dist) / max(n_tok, 1.0)
+    if sampler_diff:
+        d = torch.cat(sampler_diff)
+        stats["sampler/logprob_absdiff_mean"] = float(d.mean())
+        stats["sampler/logprob_absdiff_max"] = float(d.max())
+    stats["time/old_logprobs"] = time.perf_counter() - t0
+
+    # 6. one optimizer step per mini-batch.
+    t0 = time.perf_counter()
+    sums = dict.fromkeys(("loss", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"), 0.0)
+    norms = []
+    for mb_idx in minibatches:
+        # --- DAPO: loss denominators over the whole mini-batch, all ranks, before any backward.
+        tokens = {i: float(batch.mask_rows[i]) * len(batch.response_ids[i]) for i in mb_idx}
+        num_tokens = all_reduce_sum(sum(tokens.values()), dist)
+        num_seqs = int(all_reduce_sum(len(mb_idx), dist))
+        group_tokens: dict[int, float] = {}
+        for i in mb_idx:
+            group_tokens[int(batch.group_index[i])] = group_tokens.get(int(batch.group_index[i]), 0.0) + tokens[i]
+        num_groups = int(all_reduce_sum(len(group_tokens), dist))  # groups never span two ranks
+        mbs = micro_batches(mb_idx, batch, cfg)
+        # Every rank must run the same number of forward passes (FSDP collectives): pad with
+        # zero-weight passes when a token budget gave this rank fewer micro-batches.
+        n_passes = int(all_reduce_max(len(mbs), dist))
+        for j in range(n_passes):
+            mb = mbs[j] if j < len(mbs) else mbs[0]
+            weight = 1.0 if j < len(mbs) else 0.0
+            ids, attn, pos, resp, mask = pad_micro_batch(batch, mb, pad_id, device)
+            logp, _ = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T)
+            old = torch.zeros_like(logp)  # (b, T)
+            for r, i in enumerate(mb):
+                old[r, : len(old_logp[i])] = old_logp[i].to(device)
+            loss_tok, st = dapo.policy_loss(logp, old, batch.advantages[mb].to(device), mask, eps_low=cfg.eps_low,
+                                            eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None)  # (b, T)
+            gtok = torch.tensor([group_tokens[int(batch.group_index[i])] for i in mb], device=device)  # (b,)
+            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs,
+                                       max_len=cfg.max_response_len, group_num_tokens=gtok, num_groups=num_groups)
+            # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
+            (loss * weight * dist.world).backward()
+            share = weight * float(mask.sum()) / max(num_tokens, 1.0)  # this pass's share of the tokens
+            sums["loss"] += weight * float(loss.detach())
+            for k in ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"):
+                sums[k] += st[k] * share
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+        if torch.isfinite(norm):
+            optimizer.step()
+        else:  # a non-finite gradient never reaches the weights
+            stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
+        optimizer.zero_grad(set_to_none=True)
+        norms.append(float(norm))
+    for k, v in sums.items():
+        stats[f"policy/{k}"] = all_reduce_sum(v, dist) / len(minibatches)
+    stats["policy/grad_norm"] = float(np.mean(norms))
+    stats["policy/optimizer_steps"] = len(minibatches)
+    stats["time/update"] = time.perf_counter() - t0
+
+
+# --- plumbing: metrics ----------------------------------------------------------------------------------
+
+
+def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config) -> dict:
+    """Per-step diagnostics of everything generated (README "Metrics")."""
+    G = cfg.group_size
+    lengths = np.array([len(s.token_ids) for g in generated for s in g.samples])
+    correct = np.array([bool(c) for g in generated for c in g.correct])
+    trunc = np.array([s.truncated for g in generated for s in g.samples])
+    n_correct = np.array([int(g.correct.sum()) for g in generated])
+    m = {
+        "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
+        "train/correct_frac": float(correct.mean()),
+        "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
+        "groups/generated": len(generated),
+        "groups/kept": len(kept),
+        "groups/kept_frac": len(kept) / max(len(generated), 1),
+        "groups/all_correct_frac": float((n_correct == G).mean()),
+        "groups/all_wrong_frac": float((n_correct == 0).mean()),
+        "length/mean": float(lengths.mean()),
+        "length/median": float(np.median(lengths)),
+        "length/p90": float(np.percentile(lengths, 90)),
+        "length/max": int(lengths.max()),
+        "length/truncated_frac": float(trunc.mean()),
+        "length/correct_mean": float(lengths[correct].mean()) if correct.any() else float("nan"),
+        "length/wrong_mean": float(lengths[~correct].mean()) if (~correct).any() else float("nan"),
+        "length/truncated_frac_wrong": float(trunc[~correct].mean()) if (~correct).any() else float("nan"),
+    }
+    reasons: dict[str, int] = {}
+    for g in generated:
+        for s in g.scores:
+            reasons[s.reason] = reasons.get(s.reason, 0) + 1
+    for r, c in sorted(reasons.items()):
+        m[f"verifier/{r}"] = c
+    m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
+    return m
+
+
+def peak_memory_gb(device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+# --- plumbing: the run ------------------------------------------------------------------------------------
+
+
+def train(cfg: Config) -> dict:
+    """Run the whole training; returns the final summary (also written to run_dir/summary.json)."""
+    import eval as evaluation  # eval.py (the module name shadows the builtin only here)
+
+    dist, device = init_distributed(cfg)
+    torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    run_dir = Path(cfg.run_dir)
+    run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
+
+    model, tokenizer = load_policy(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
+    model = wrap_fsdp(model, cfg, device, dist)
+    problems, data_name, data_hash = load_problems(cfg.data, cfg, held_out=False)
+    prompt_ids = [build_prompt(p, tokenizer, cfg) for p in problems]
+    eval_problems = []
+    if cfg.eval_data:
+        eval_problems, eval_name, _ = load_problems(cfg.eval_data, cfg, held_out=True)
+        eval_problems = dedupe_by_id(eval_problems)[: cfg.eval_limit or None]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0)
+    engine = HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
+    stream = PromptStream(len(problems), cfg.seed)
+    pad_id = engine.pad_id
+    tmpl = template_hash(tokenizer, cfg)
+    model_id = cfg.model or "assets/tiny-base"
+
+    writer = metrics_f = None
+    if dist.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
+                "dataset": data_name, "dataset_hash": data_hash, "template_hash": tmpl, "world_size": dist.world,
+                "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
+        (run_dir / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+        writer = RolloutWriter(run_dir / "rollouts.jsonl")
+        metrics_f = open(run_dir / "metrics.jsonl", "a")
+        print(json.dumps(meta["config"]), flush=True)
+
+    def held_out(tag: str) -> dict:
+        if not eval_problems:
+            return {}
+        res = evaluation.evaluate(engine, tokenizer, eval_problems, cfg, seed=cfg.seed + 12345, build_prompt=build_prompt)
+        out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
+        out["heldout/n_problems"], out["heldout/k"] = len(eval_problems), cfg.eval_k
+        if dist.main:
+            print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+        return out
+
+    before = held_out("before")
+    from tqdm import tqdm
+
+    bar = tqdm(range(cfg.steps), disable=not dist.main, dynamic_ncols=True, desc="dapo")
+    t_run = time.perf_counter()
+    for step in bar:
+        t_step = time.perf_counter()
+        stats: dict = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}
+        version = step  # weights after `step` updates generated this step's rollouts
+        kept = collect_groups(step, engine, stream, problems, prompt_ids, cfg, dist, tokenizer, stats)
+        generated = stats.pop("_generated")
+        stats.update(rollout_metrics(generated, kept, cfg))
+        if kept:
+            batch = build_batch(kept, cfg)
+            update_policy(model, optimizer, batch, cfg, dist, device, pad_id, stats)
+            adv_of = {}
+            for b, (gi, si) in enumerate((gi, si) for gi in range(len(kept)) for si in range(cfg.group_size)):
+                adv_of[(gi, si)] = float(batch.advantages[b])
+        scheduler.step()
+        stats["time/weight_sync"] = engine.sync_weights(model, step + 1)
+        stats["time/step"] = time.perf_counter() - t_step
+        trained_tokens = sum(len(s.token_ids) for g in kept for s in g.samples)
+        gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
+        stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 1e-9), 1e-9)
+        stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
+                      "envelope/active_samples": len(kept) * cfg.group_size, "envelope/trained_tokens": trained_tokens,
+                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": max(map(len, prompt_ids)),
+                      "memory/peak_gb": peak_memory_gb(device)})
+        if dist.main:
+            kept_ids = {id(g): gi for gi, g in enumerate(kept)}
+            records = []
+            for g in generated:
+                for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
+                    gi = kept_ids.get(id(g))
+                    records.append(RolloutRecord(
+                        run_id=run_id, step=step, policy_version=version, learner_version=version, group_id=g.group_id,
+                        prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
+                        prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
+                        ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
+                        finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
+                        verifier_reason=sc.reason, reward=float(g.reward[si]), reward_correct=sc.reward,
+                        reward_overlong=float(g.reward_overlong[si]), advantage=adv_of.get((gi, si)) if gi is not None else None,
+                        seed=g.seed, seeded=engine.seeded, temperature=cfg.temperature,
+                        top_p=cfg.top_p, max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version,
+                        verifier=cfg.verifier, verifier_version=verifier.VERSION, dataset=data_name, dataset_hash=data_hash,
+                        template_hash=tmpl, model_id=model_id, gen_wall_s=g.gen_wall_s))
+            writer.write(records)
+            metrics_f.write(json.dumps(stats) + "\n")
+            metrics_f.flush()
+            bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
+                            kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
+    after = held_out("after")
+    summary = {"run_id": run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - t_run, 1), **before,
+               **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
+    save_hf(model, tokenizer, run_dir / "final", dist, {"run_id": run_id, "config": dataclasses.asdict(cfg),
+                                                      "verifier_version": verifier.VERSION, "template_hash": tmpl})
+    if dist.main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        writer.close()
+        metrics_f.close()
+        if before and after:
+            k = f"avg@{cfg.eval_k}"
+            print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "
+                  f"({len(eval_problems)} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, top_p={cfg.eval_top_p})")
+    if dist.world > 1:
+        torch.distributed.destroy_process_group()
+    return summary
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return train(parse_config(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,871 @@
+"""Answer extraction and checking: the reward of DAPO, made exact, fair and impossible to hijack.
+
+RL optimises the holes in its reward, so every mistake here becomes something the policy learns.
+`score(response, ground_truth, mode=...)` returns a `Score` (correct, reward +1/-1, the extracted
+prediction, a reason code). It never raises on model text; it raises on a bad ground truth or an
+unknown mode. Three modes:
+
+- "dapo" (default; integer ground truths as in DAPO-Math-17k and AIME). The last "Answer:" line
+  decides, as in the official rule, without its false negatives. Pure string work, linear time,
+  no parser and no subprocess: this is the reward in the hot loop.
+- "dapo-official": the official rule bit for bit (verl `math_dapo.compute_score`, summarised in
+  DAPO_FACTS.md section 4), so a reproduction can score exactly as the paper did.
+- "math": general answers (fractions, radicals, pi, intervals, tuples, equations, percent,
+  degrees). Our code extracts and normalises; math-verify (LaTeX parser -> sympy, never `eval`)
+  decides equivalence inside a persistent worker process that is killed past `timeout_s`.
+
+How the "dapo" mode departs from the official rule, with the case that motivated each change:
+
+ 1. The whole response is searched, not its last 300 characters.
+    "Answer: 13" followed by 400 characters of double-checking: official says wrong.
+ 2. A trailing period (or CJK full stop) after the value is dropped. "Answer: 13." : official wrong.
+ 3. Markdown emphasis around the marker or the value is dropped.
+    "**Answer:** 13", "Answer: **13**": official compares "**13**" with "13".
+ 4. Math delimiters and wrappers around the value are removed, in any nesting:
+    "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
+ 5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
+ 6. Thousands separators are removed wherever they are valid groupings, LaTeX ones included:
+    "Answer: 1\\,000", "Answer: 1{,}000." for 1000 (official: only bare "1,000" with nothing else).
+ 7. A response with no "Answer:" line is judged on its last \\boxed{}.
+    "... so the answer is \\boxed{13}." : official wrong.
+ 8. A \\boxed{} inside the answer line is the value, whatever the words around it.
+    "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
+ 9. Unit words and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "13^\\circ",
+    "13\\%", "\\$13". Official removes only a fixed list of units.
+10. "13.0" equals 13 (a zero fraction); U+2212 "−3" is "-3"; a full-width colon "Answer：" is a
+    marker (the Chinese DAPO-Math-17k prompts produce it).
+11. The instruction echoed from the prompt is not an answer: "Answer: $Answer" and
+    'after "Answer:".' are skipped. Official judges the echo when it comes last.
+12. Only text after the last "</think>" counts, and a response whose last tag is an unclosed
+    "<think>" has no final answer yet: an "Answer:" inside a reasoning block is not the final answer.
+
+And where it is stricter (each an exploit of a string-matching reward; all score "wrong"):
+
+13. Several candidates in the final answer are wrong: "x = 12 or x = 13" (official: correct for 13,
+    it keeps only the text after the last "="), "12, 13", "12-13", "1, 2, 3, ..., 100".
+14. A \\boxed{} after the final "Answer:" line that disagrees with it is a contradiction.
+15. Only ASCII letters spell "answer" and only ASCII digits are digits: Cyrillic "Аnswer",
+    full-width "１３", superscripts and Arabic-Indic digits never count as 13.
+16. The ground truth must be an integer (DAPO-Math-17k and AIME are); anything else raises.
+
+The "math" mode extracts the final answer with the same rules (1-15), then: our normaliser removes
+\\left/\\right, \\dfrac, spacing commands and thousands separators; a list or alternatives ("or",
+"\\pm", "...") count as several answers unless the ground truth has that form too; non-ASCII
+characters other than a few math symbols (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings
+or two plain integers are decided here; everything else goes to math-verify's LaTeX parser and
+`verify` (percent and degrees compare as plain numbers there: "50\\%" == 50, "30^\\circ" == 30).
+math-verify's plain-expression extractor is never used: it calls sympy's parse_expr, i.e. eval().
+
+Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import collections
+import functools
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
+
+# Changes whenever any rule changes: train and eval record it with every score.
+VERSION = "dapo-verifier-1"
+MODES = ("dapo", "dapo-official", "math")
+
+# Every reason code, and what it means. A Score is correct only with reason "ok".
+REASON_DOCS = {
+    "ok": "one final answer, equal to the ground truth",
+    "wrong": "one well-formed final answer, not equal to the ground truth",
+    "no_answer": "no 'Answer:' line and no \\boxed{} (or an unclosed <think> block)",
+    "empty_answer": "an 'Answer:' marker with nothing after it",
+    "placeholder": "a template placeholder instead of an answer ('...', '[answer]', '<final_answer>')",
+    "echoed_prompt": "the only answer marker is the prompt's instruction echoed back",
+    "multiple_answers": "several candidates ('12 or 13', a list, a range) or contradicting final answers",
+    "malformed": "an answer that is not of the accepted form (dapo: a single ASCII integer), or too long",
+    "parse_error": "math mode: the math parser could not read the answer or raised while comparing",
+    "timeout": "math mode: parsing or comparing took longer than timeout_s; the worker was killed",
+    "worker_error": "math mode: the worker process died or ran out of memory",
+}
+REASONS = tuple(REASON_DOCS)
+# Counted as "verifier exceptions" in run metrics: the verifier, not the policy, failed to decide.
+EXCEPTION_REASONS = frozenset({"parse_error", "timeout", "worker_error"})
+
+DEFAULT_TIMEOUT_S = 2.0
+# Longest answer text we look at. The longest MATH-500 answer has 159 characters (verl's
+# math_dapo.py comment); 1000 leaves room for matrices and keeps every step cheap.
+MAX_ANSWER_CHARS = 1000
+# Address-space cap of a math worker, so "9^9^9^9" ends in MemoryError, not in the host's OOM killer.
+WORKER_MEMORY_BYTES = 3 * 1024**3
+WORKER_START_TIMEOUT_S = 120.0  # importing sympy + math-verify on a loaded machine; not model time
+
+
+@dataclass(frozen=True)
+class Score:
+    """The verdict on one response."""
+
+    correct: bool
+    reward: float  # +1.0 if correct else -1.0 (the overlong term is added by the caller)
+    pred: str | None  # extracted, normalised prediction; None when nothing was extracted
+    reason: str  # one of REASONS
+    detail: str = ""  # human-readable note for the CLI and logs (never used for the verdict)
+
+
+def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> Score:
+    return Score(correct, 1.0 if correct else -1.0, pred, reason, detail)
+
+
+# --- extraction: find the final answer (shared by "dapo" and "math") --------------------------
+
+
+class _Final(NamedTuple):  # a NamedTuple: built once per response in the hot loop, and cheap
+    """The final-answer text of a response, or why there is none."""
+
+    candidates: tuple[str, ...] = ()  # texts that must all agree: the answer, then later \boxed{}
+    reason: str = ""  # "" when candidates were found, else a reason code
+    detail: str = ""
+
+
+_BOX = re.compile(rb"\\boxed\{")
+_BRACE = re.compile(rb"[{}]")
+# More boxes than this in the final statement is spam, not an answer (and would cost work).
+MAX_FINAL_BOXES = 16
+_FULLWIDTH_COLON = "\uff1a".encode()
+_FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
+_GAP = re.compile(rb"[ \t]*")  # "Answer :"
+_LEADING = re.compile(rb"[ \t\r\n*]*")  # before the value
+# The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
+_ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
+
+
+def _box_starts(data: bytes, start: int, end: int) -> list[int]:
+    """Byte offsets of every "\\boxed{" in data[start:end] (a C-speed scan)."""
+    if data.find(b"\\boxed{", start, end) < 0:  # the common case, and cheaper than the regex
+        return []
+    return [m.start() for m in _BOX.finditer(data, start, end)]
+
+
+def _box_contents(data: bytes, at: int) -> str:
+    """The contents of the \\boxed{...} starting at byte `at`, braces matched by depth.
+
+    A box that does not close within MAX_ANSWER_CHARS bytes comes back as "{", an unbalanced text
+    every normaliser reports as malformed: a long or broken box costs bounded work, not a hang.
+    """
+    open_at = at + len(b"\\boxed")
+    depth = 0
+    for brace in _BRACE.finditer(data, open_at, open_at + MAX_ANSWER_CHARS + 2):
+        depth += 1 if brace.group() == b"{" else -1
+        if depth == 0:
+            return data[open_at + 1 : brace.start()].decode("utf-8", "replace")
+    return "{"
+
+
+def _boxes_in(text: str) -> list[str]:
+    """Contents of every \\boxed{...} in one answer text (at most MAX_FINAL_BOXES + 1 of them)."""
+    data = text.encode("utf-8", "replace")
+    return [_box_contents(data, at) for at in _box_starts(data, 0, len(data))[: MAX_FINAL_BOXES + 1]]
+
+
+def _extract_final(response: str) -> _Final:
+    """The final answer: the last "Answer:" line (plus any later \boxed{}), else the last \boxed{}.
+
+    Works on UTF-8 bytes: `bytes.lower()` folds ASCII letters only, so offsets stay aligned and
+    look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 15). Every search
+    is a C-speed `find`/`rfind`, and only the tail is lowered, a window at a time: the answer is
+    almost always in the last lines (the hot loop needs >= 50k responses/s).
+    """
+    data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
+    start = 0
+    # deviation 12: only text after the last reasoning block counts. `b"<" in data` is a memchr,
+    # much faster than the multi-byte search it saves on the many responses without any tag.
+    tag = data.rfind(b"think>") if b"<" in data else -1
+    while tag >= 0:
+        if data[tag - 2 : tag] == b"</":
+            start = tag + len(b"think>")
+            break
+        if data[tag - 1 : tag] == b"<":
+            return _Final(reason="no_answer", detail="unclosed <think> block: reasoning never finished")
+        tag = data.rfind(b"think>", 0, tag)
+
+    echoed, end, window_size = False, len(data), _FIRST_WINDOW
+    while end > start:  # windows [low_start, end) from the back; a marker may start anywhere in one
+        low_start = max(start, end - window_size)
+        window_size *= 4  # the first window is small: the marker is usually in the last line
+        window = data[low_start : end + 5].lower()  # + 5: a marker starting before `end` fits
+        hits_end = len(window)
+        while (i := window.rfind(b"answer", 0, hits_end)) >= 0:
+            hits_end = i + 5  # next: occurrences that start before this one
+            j = _GAP.match(data, low_start + i + 6).end()  # 6 == len("answer")
+            if data.startswith(b":", j):
+                j += 1
+            elif data.startswith(_FULLWIDTH_COLON, j):
+                j += len(_FULLWIDTH_COLON)
+            else:
+                continue  # "the answer is ..." in prose: not a marker
+            # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
+            j = _LEADING.match(data, j).end()
+            line_end = data.find(b"\n", j)
+            line_end = len(data) if line_end < 0 else line_end
+            line = data[j:line_end].decode("utf-8", "replace")
+            if _ECHO.match(line):
+                echoed = True  # deviation 11: the prompt's instruction, echoed back
+                continue
+            later = _box_starts(data, line_end, len(data))
+            if not later:  # the common case, kept cheap
+                return _Final(candidates=(line,))
+            if len(later) > MAX_FINAL_BOXES:
+                return _Final(reason="multiple_answers", detail=f"{len(later)} boxes after the final answer")
+            # deviation 14: boxes after the answer line must agree with it
+            return _Final(candidates=(line, *(_box_contents(data, at) for at in later)))
+        end = low_start
+
+    last = data.rfind(b"\\boxed{", start)
+    if last >= 0:  # deviation 7: no "Answer:" line, the last \boxed{} decides
+        line_start = data.rfind(b"\n", start, last) + 1
+        same_line = _box_starts(data, line_start, len(data))  # "\boxed{12} or \boxed{13}"
+        if len(same_line) > MAX_FINAL_BOXES:
+            return _Final(reason="multiple_answers", detail=f"{len(same_line)} boxes on the final line")
+        return _Final(candidates=tuple(_box_contents(data, at) for at in same_line))
+    if echoed:
+        return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
+    return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
+
+
+# --- normalisation shared by both modes -------------------------------------------------------
+
+_WRAPPERS = ("\\boxed{", "\\text{", "\\textbf{", "\\mathbf{", "\\mathrm{", "\\mbox{", "\\fbox{")
+_DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+_PLACEHOLDER = re.compile(
+    r"[\[<({]?(?:your|the|final|_|\s)*(?:answer|final_answer|ans)(?:\s*here)?\s*[\]>)}]?"
+    r"|[?._\-\u2026]+|\\[lc]?dots|n/?a|tbd|\.\.\.",
+    re.IGNORECASE,
+)
+
+
+def _balanced(text: str) -> bool:
+    """True when the braces of text nest properly (never closing more than were opened)."""
+    depth = 0
+    for ch in text:
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth < 0:
+                return False
+    return depth == 0
+
+
+def _peel(text: str) -> str:
+    """Remove what surrounds a value until nothing changes: whitespace, markdown "*", a trailing
+    period, math delimiters, and \\boxed{}/\\text{}-like wrappers that enclose the whole text.
+
+    Each round shortens the text or stops, so it ends; the result is a fixed point, which makes
+    every normaliser built on it idempotent.
+    """
+    while True:
+        before = text
+        text = text.strip().strip("*").strip()  # deviation 3: **13**
+        # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.")
+        if text.endswith((".", "\u3002")) and not text.endswith(".."):
+            text = text[:-1]
+        for opening, closing in _DELIMITERS:
+            if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
+                text = text[len(opening) : -len(closing)]
+                break
+        for wrapper in _WRAPPERS:
+            # "\text{a} 13 \text{b}" starts and ends like a wrapper but is not one: check the braces.
+            if text.startswith(wrapper) and text.endswith("}") and _balanced(text[len(wrapper) : -1]):
+                text = text[len(wrapper) : -1]
+                break
+        if text == before:
+            return text
+
+
+def _collapse_thousands(text: str) -> str:
+    """Remove thousands separators that form valid groupings (deviation 6): "1,000", "1{,}000",
+    "1,\\!000", "1\\,000" -> "1000". "1,2,3" and "12,34" are not groupings and stay lists."""
+    text = text.replace("{,}", ",").replace("\u2212", "-")  # deviation 10: U+2212 minus sign
+    text = _LATEX_THOUSANDS.sub(r"\1", text)
+    return _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
+
+
+# "1\\,000" -> "1000" and "1,\\!000" -> "1,000": a LaTeX space between digit groups.
+_LATEX_THOUSANDS = re.compile(r"(?<=[0-9])(,?)\\[,!]\s*(?=[0-9]{3}(?![0-9]))")
+_THOUSANDS = re.compile(r"(?<![0-9.,])[0-9]{1,3}(?:,[0-9]{3})+(?![0-9]|,[0-9])")
+
+
+# --- DAPO: the integer rule ("dapo" mode) -----------------------------------------------------
+
+# Words and signs that join several candidates: "12 or 13", "12, 13", "1, ..., 100", "12-13".
+_HEDGE_WORDS = "or|and|to|through|between|either|plus|minus|more|less|fewer|greater|than|least|most|not"
+_HEDGE = re.compile(
+    rf"[,;]|\b(?:{_HEDGE_WORDS})\b|\\(?:lor|vee|pm|mp|[lcv]?dots|sim|le|ge|leq|geq|neq)(?![A-Za-z])"
+    r"|[\u00b1\u2213\u2026<>]|\.\.\.|[0-9]\s*[-\u2013\u2014]\s*[0-9]",
+    re.IGNORECASE,
+)
+# Inline text wrappers become plain words: "13 \text{ ways}" -> "13  ways".
+_INLINE_TEXT = re.compile(r"\\(?:text|mbox|mathrm|textbf)\{([^{}]*)\}")
+# One integer with what may follow it. Unit words have two letters or more and are neither hedge
+# words nor math ("13 pi", "13 i" and "13 or more" are not 13).
+_INTEGER_ANSWER = re.compile(
+    rf"""(?:\\?\$\s*)?                                    # currency: "\$13"
+    (?P<sign>[+-]?)(?P<digits>[0-9]+)(?:\.0+)?           # the integer; "13.0" (deviation 10)
+    (?:\s*(?:\\?%|\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?    # percent or degrees
+    (?:\s*(?!(?:{_HEDGE_WORDS}|pi|sqrt|mod|times|cdot)\b)[A-Za-z]{{2,}}
+       (?:\s+(?!(?:{_HEDGE_WORDS}|pi|sqrt|mod|times|cdot)\b)[A-Za-z]{{2,}}){{0,2}})?  # units
+    (?:\^\s*\{{?[23]\}}?)?                               # "cm^2"
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+_DECIMAL = re.compile(r"[+-]?[0-9]*\.[0-9]+")
+_ASCII_INTEGERS = re.compile(r"[0-9]+")
+
+
+def _canonical_int(sign: str, digits: str) -> str:
+    """"013" -> "13", "-0" -> "0". String work, never int(): a 10,000-digit answer cannot raise."""
+    digits = digits.lstrip("0") or "0"
+    return digits if sign != "-" or digits == "0" else "-" + digits
+
+
+def _as_integer(text: str) -> str | None:
+    """The canonical integer when text is exactly one ASCII integer, else None."""
+    m = _PLAIN_INTEGER.fullmatch(text)
+    return _canonical_int(m[1], m[2]) if m else None
+
+
+_PLAIN_INTEGER = re.compile(r"([+-]?)([0-9]+)")
+
+
+def _integer_candidate(text: str) -> tuple[str | None, str, str]:
+    """(canonical integer or None, reason, detail) for one candidate answer text.
+
+    reason is "" when an integer was read, else a reason code. Linear-time regex and string work.
+    """
+    if len(text) > MAX_ANSWER_CHARS:
+        return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
+    if text.isascii() and text.isdigit():  # the common case "Answer: 85", no work needed
+        return _canonical_int("", text), "", ""
+    boxes = _boxes_in(text)
+    if boxes:  # deviation 8: the boxes are the value, whatever the words around them
+        return _agree([_integer_candidate(box) for box in boxes])
+    t = _INLINE_TEXT.sub(r"\1", _collapse_thousands(_peel(text)))
+    t = _peel(t)
+    if not t:
+        return None, "empty_answer", ""
+    if _PLACEHOLDER.fullmatch(t):
+        return None, "placeholder", f"placeholder {t!r}"
+    if "=" in t:  # "x = 13", "m + n = 85": the value is after the last "="
+        lhs, _, t = t.rpartition("=")
+        if _HEDGE.search(lhs):  # deviation 13: "x = 12 or x = 13"
+            return None, "multiple_answers", f"several candidates in {text.strip()!r}"
+        t = _peel(t)
+        if not t:
+            return None, "empty_answer", ""
+    m = _INTEGER_ANSWER.fullmatch(t)
+    if m:
+        return _canonical_int(m["sign"], m["digits"]), "", ""
+    if len(_ASCII_INTEGERS.findall(t)) >= 2 and _HEDGE.search(t):
+        return None, "multiple_answers", f"several candidates in {text.strip()!r}"
+    if _DECIMAL.fullmatch(t):
+        return t, "wrong", "not an integer"  # a clean number, just not the integer asked for
+    odd_digits = [ch for ch in t if ch.isdigit() and not ch.isascii()]
+    detail = f"non-ASCII digits {''.join(odd_digits)!r}" if odd_digits else f"not a single integer: {t[:80]!r}"
+    return None, "malformed", detail
+
+
+def _agree(values: list[tuple[str | None, str, str]]) -> tuple[str | None, str, str]:
+    """Combine the readings of several final statements: the first failure, or one shared value."""
+    for value in values:
+        if value[1]:
+            return value
+    distinct = sorted({value[0] for value in values})
+    if len(distinct) > 1:
+        return None, "multiple_answers", "contradicting final answers: " + ", ".join(distinct)
+    return values[0]
+
+
+@functools.lru_cache(maxsize=65536)
+def _integer_ground_truth(ground_truth: str) -> str:
+    truth = _as_integer(_collapse_thousands(ground_truth.strip()))  # GSM8K writes "2,125"
+    if truth is None:
+        raise ValueError(
+            f"mode='dapo' needs an integer ground truth (as in DAPO-Math-17k and AIME), got "
+            f"{ground_truth!r}: use mode='math' for general answers or mode='dapo-official' for the "
+            f"paper's exact string rule"
+        )
+    return truth
+
+
+def _score_dapo(response: str, ground_truth: str) -> Score:
+    truth = _integer_ground_truth(ground_truth)
+    final = _extract_final(response)
+    if final.reason:
+        return _verdict(False, None, final.reason, final.detail)
+    if len(final.candidates) == 1:  # the common case, kept cheap
+        pred, reason, detail = _integer_candidate(final.candidates[0])
+    else:
+        pred, reason, detail = _agree([_integer_candidate(c) for c in final.candidates])
+    if reason:
+        return _verdict(False, pred, reason, detail)
+    return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+
+
+# --- DAPO: the official rule, bit for bit ("dapo-official" mode) ------------------------------
+# verl/utils/reward_score/math_dapo.py (compute_score -> is_correct_minerva), itself the Minerva
+# normalisation of lm-evaluation-harness hendrycks_math. The tables are the rule's data, in its order.
+
+_OFFICIAL_WINDOW = 300  # characters from the end; "the longest answer in MATH-500 has 159"
+_OFFICIAL_ANSWER = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")  # note: re's (?i) is Unicode-aware
+_OFFICIAL_SUBSTITUTIONS = (
+    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
+    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
+)  # fmt: skip
+_OFFICIAL_REMOVED = (
+    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots",
+    "sue", "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters",
+    "meals", "edges", "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}",
+    "\\text{\ns}", "\\text{}^2", "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ",
+    "^{\\circ}", "\\;", ",\\!", "{,}", '"', "\\dots",
+)  # fmt: skip
+_OFFICIAL_REWRITES = tuple(
+    (re.compile(pattern), replacement)
+    for pattern, replacement in (
+        (r"(.*?)(\$)(.*?)(\$)(.*)", "$\\3$"),  # keep only the first $...$
+        (r"(\\text\{)(.*?)(\})", "\\2"),
+        (r"(\\textbf\{)(.*?)(\})", "\\2"),
+        (r"(\\overline\{)(.*?)(\})", "\\2"),
+        (r"(\\boxed\{)(.*)(\})", "\\2"),
+        (r"(frac)([^{])(.)", "frac{\\2}{\\3}"),  # \fracab -> \frac{a}{b}
+        (r"(sqrt)([^{])", "sqrt{\\2}"),  # \sqrta -> \sqrt{a}
+    )
+)
+
+
+def _official_normalise(answer: str) -> str:
+    answer = answer.split("=")[-1]
+    for before, after in _OFFICIAL_SUBSTITUTIONS:
+        answer = answer.replace(before, after)
+    for removed in _OFFICIAL_REMOVED:
+        answer = answer.replace(removed, "")
+    for pattern, replacement in _OFFICIAL_REWRITES:
+        answer = pattern.sub(replacement, answer)
+    answer = answer.replace("$", "")
+    if answer.replace(",", "").isdigit():  # str.isdigit: also true for "１３" and "²"
+        answer = answer.replace(",", "")
+    return answer.strip()
+
+
+_official_ground_truth = functools.lru_cache(maxsize=65536)(_official_normalise)
+
+
+def _score_official(response: str, ground_truth: str) -> Score:
+    matches = _OFFICIAL_ANSWER.findall(response[-_OFFICIAL_WINDOW:])
+    if not matches:  # the official code compares "[INVALID]", which no real answer equals
+        return _verdict(False, None, "no_answer", "no 'Answer:' in the last 300 characters")
+    pred = _official_normalise(matches[-1])
+    correct = pred == _official_ground_truth(ground_truth)
+    return _verdict(correct, pred, "ok" if correct else "wrong")
+
+
+# --- math mode: our extraction and normalisation, math-verify's equivalence ------------------
+
+_MATH_REWRITES = (
+    ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\displaystyle", ""),
+    ("\u03c0", "\\pi"), ("\u00b0", "^\\circ"), ("\u221e", "\\infty"), ("\u00d7", "\\times"),
+    ("\u00b7", "\\cdot"), ("\u2264", "\\le"), ("\u2265", "\\ge"), ("\\$", ""),
+)  # fmt: skip
+# Joins of alternatives; a list is only accepted when the ground truth is one too.
+_MATH_HEDGE = re.compile(
+    r"\bor\b|\beither\b|\\(?:lor|vee|pm|mp|[lcv]?dots)(?![A-Za-z])|[\u00b1\u2213\u2026]|\.\.\."
+)
+# LaTeX spacing commands, but not a row break "\\\\" followed by a space or comma.
+_LATEX_SPACING = re.compile(r"(?<!\\)\\[,;: !]")
+_LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")  # but not \leftarrow
+_SPACES = re.compile(r"\s+")
+
+
+def _normalise_math(text: str) -> str:
+    """Our LaTeX clean-up before the parser (math-verify does its own after this). Idempotent:
+    it repeats until nothing changes."""
+    while True:
+        before = text
+        text = _collapse_thousands(_peel(text))  # before the rewrites, which remove "\\!" and "\\,"
+        for old, new in _MATH_REWRITES:
+            text = text.replace(old, new)
+        text = _LEFT_RIGHT.sub("", text)
+        text = _SPACES.sub(" ", _LATEX_SPACING.sub(" ", text)).strip()
+        if text == before:
+            return text
+
+
+@functools.lru_cache(maxsize=65536)
+def _math_ground_truth(ground_truth: str) -> str:
+    truth = _normalise_math(ground_truth)
+    if not truth or len(truth) > MAX_ANSWER_CHARS or not _balanced(truth):
+        raise ValueError(
+            f"mode='math' ground truth {ground_truth!r} is empty, longer than {MAX_ANSWER_CHARS} "
+            f"characters or has unbalanced braces: fix the dataset row"
+        )
+    return truth
+
+
+def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
+    """(normalised prediction, reason, detail) for one candidate; reason "" when it may go to the parser."""
+    if len(text) > MAX_ANSWER_CHARS:
+        return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
+    pred = _normalise_math(text)
+    if not pred:
+        return None, "empty_answer", ""
+    if _PLACEHOLDER.fullmatch(pred):
+        return None, "placeholder", f"placeholder {pred!r}"
+    odd = [ch for ch in pred if not ch.isascii()]
+    if odd:  # full-width digits, look-alike letters, zero-width characters (deviation 15)
+        return None, "malformed", f"non-ASCII character U+{ord(odd[0]):04X} in the answer"
+    if not _balanced(pred):
+        return None, "malformed", "unbalanced braces"
+    if "__" in pred:  # dunder names are code, never math; the parser would not run it anyway
+        return None, "malformed", "looks like code"
+    hedge = _MATH_HEDGE.search(pred)
+    if hedge and not _MATH_HEDGE.search(truth):
+        return None, "multiple_answers", f"alternatives joined by {hedge.group()!r}"
+    if "," in pred and "," not in truth and ";" not in truth:
+        return None, "multiple_answers", "a list where one value is expected"
+    return pred, "", ""
+
+
+def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
+    truth = _math_ground_truth(ground_truth)
+    final = _extract_final(response)
+    if final.reason:
+        return _verdict(False, None, final.reason, final.detail)
+    texts = []
+    for candidate in final.candidates:
+        # "Answer: the value is \boxed{1/2}": the boxes are the answer (deviation 8 in math mode).
+        texts.extend(_boxes_in(candidate) or [candidate])
+    preds = []
+    for text in texts:
+        pred, reason, detail = _math_candidate(text, truth)
+        if reason:
+            return _verdict(False, pred, reason, detail)
+        preds.append(pred)
+    distinct = list(dict.fromkeys(preds))
+    verdicts: dict[str, bool] = {}
+    for pred in distinct:  # decided without the parser: same string, or two plain integers
+        if pred == truth:
+            verdicts[pred] = True
+        elif _as_integer(pred) is not None and _as_integer(truth) is not None:
+            verdicts[pred] = _as_integer(pred) == _as_integer(truth)
+    pending = [pred for pred in distinct if pred not in verdicts]
+    if pending:
+        reply = _ask_math_worker({"truth": truth, "preds": pending}, timeout_s)
+        if reply["status"] == "bad_ground_truth":
+            raise ValueError(
+                f"mode='math' ground truth {ground_truth!r} cannot be parsed by math-verify "
+                f"({reply.get('detail', '')}): fix the dataset row"
+            )
+        if reply["status"] != "ok":
+            return _verdict(False, distinct[0], reply["status"], reply.get("detail", ""))
+        verdicts.update(zip(pending, reply["verdicts"]))
+    if len(set(verdicts.values())) > 1:
+        return _verdict(False, distinct[0], "multiple_answers", "final answers disagree: " + " | ".join(distinct))
+    correct = all(verdicts.values())
+    return _verdict(correct, distinct[0], "ok" if correct else "wrong")
+
+
+# --- plumbing: the math worker processes ------------------------------------------------------
+# A worker is `python verifier.py --math-worker`: a subprocess (not multiprocessing, so it also
+# starts from daemonic pool workers) that reads one JSON request per line on stdin and answers on
+# stdout. A call that runs past timeout_s gets the worker killed: that works from any thread and
+# any process, where SIGALRM (math-verify's own timeout) works only in the main thread.
+
+
+class _MathWorker:
+    """One `verifier.py --math-worker` subprocess and the pipes to it; used by one thread at a time."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--math-worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
+        )
+        self.buffer = b""
+        ready = self._read_line(time.monotonic() + WORKER_START_TIMEOUT_S)
+        if ready is None or not json.loads(ready).get("ready"):
+            self.kill()
+            why = json.loads(ready).get("detail", "") if ready else "no answer in time"
+            raise RuntimeError(
+                f"math-mode worker failed to start ({why}): math mode needs math-verify, "
+                f"install it with pip install 'math-verify==0.9.0'"
+            )
+
+    def _read_line(self, deadline: float) -> bytes | None:
+        """One line from the worker, or None when the deadline passes or the worker died."""
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return None  # end of file: the worker died
+            self.buffer += chunk
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        return line
+
+    def ask(self, request: dict, timeout_s: float) -> dict | None:
+        """The worker's reply, or None after a timeout or a crash (the worker is then dead)."""
+        try:
+            os.write(self.proc.stdin.fileno(), json.dumps(request).encode() + b"\n")
+        except BrokenPipeError:
+            return None
+        line = self._read_line(time.monotonic() + timeout_s)
+        return json.loads(line) if line is not None else None
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self.proc.stdin.close()
+        self.proc.stdout.close()
+
+
+_idle_workers: list[_MathWorker] = []
+_workers_lock = threading.Lock()
+
+
+def _forget_workers_after_fork() -> None:
+    # A forked child must not share the parent's pipes (two readers on one worker) nor its lock.
+    global _idle_workers, _workers_lock
+    _idle_workers, _workers_lock = [], threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers_after_fork)
+
+
+@atexit.register
+def _stop_workers() -> None:
+    with _workers_lock:
+        while _idle_workers:
+            _idle_workers.pop().kill()
+
+
+def _start_idle_worker() -> None:
+    worker = _MathWorker()
+    with _workers_lock:
+        _idle_workers.append(worker)
+
+
+def _ask_math_worker(request: dict, timeout_s: float) -> dict:
+    with _workers_lock:
+        worker = _idle_workers.pop() if _idle_workers else None
+    if worker is None:
+        worker = _MathWorker()  # started outside the lock so threads start theirs in parallel
+    started = time.monotonic()
+    reply = worker.ask(request, timeout_s)
+    if reply is None:
+        crashed = worker.proc.poll() is not None
+        worker.kill()  # a hung parser cannot be interrupted; the process is the unit we can stop
+        # Start the replacement now, so the next call does not pay the start-up time.
+        threading.Thread(target=_start_idle_worker, daemon=True).start()
+        if crashed:
+            return {"status": "worker_error", "detail": f"worker exited with code {worker.proc.returncode}"}
+        return {"status": "timeout", "detail": f"no verdict after {time.monotonic() - started:.2f}s"}
+    with _workers_lock:
+        _idle_workers.append(worker)
+    return reply
+
+
+def _math_worker_main() -> None:
+    """The worker loop (runs in the subprocess). Only LaTeX extraction is enabled in math-verify:
+    its plain-expression extractor calls sympy's parse_expr, which uses eval()."""
+    import logging
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # stray prints from libraries go to stderr, never into the protocol
+
+    def send(message: dict) -> None:
+        try:
+            out.write(json.dumps(message).encode() + b"\n")
+        except BrokenPipeError:
+            sys.exit(0)  # the parent is gone (it exited, or killed us after a timeout): nobody to answer
+
+    try:
+        from math_verify import LatexExtractionConfig, parse, verify
+    except ImportError as error:
+        send({"ready": False, "detail": str(error)})
+        return
+    # Our parent enforces the time limit, so math-verify runs with its own timeouts off; silence
+    # its once-per-process warning about exactly that.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    config = [LatexExtractionConfig(boxed_match_priority=0)]
+
+    def read(latex: str) -> list:
+        return parse("\\boxed{" + latex + "}", extraction_config=config, parsing_timeout=None, raise_on_error=True)
+
+    read_truth = functools.lru_cache(maxsize=4096)(read)
+    send({"ready": True})
+    for line in sys.stdin.buffer:
+        request = json.loads(line)
+        try:
+            gold = read_truth(request["truth"])
+        except Exception as error:  # the dataset's fault, not the model's: the caller raises
+            send({"status": "bad_ground_truth", "detail": f"{type(error).__name__}: {str(error)[:200]}"})
+            continue
+        if not gold:
+            send({"status": "bad_ground_truth", "detail": "math-verify found no expression"})
+            continue
+        try:
+            verdicts = []
+            for pred in request["preds"]:
+                target = read(pred)
+                if not target:
+                    raise ValueError(f"math-verify found no expression in {pred[:80]!r}")
+                verdicts.append(verify(gold, target, timeout_seconds=None, raise_on_error=True))
+            send({"status": "ok", "verdicts": verdicts})
+        except MemoryError:
+            send({"status": "worker_error", "detail": f"out of memory (cap {WORKER_MEMORY_BYTES} bytes)"})
+        except Exception as error:  # any parser failure on model text is a verdict, reported with its type
+            send({"status": "parse_error", "detail": f"{type(error).__name__}: {str(error)[:200]}"})
+
+
+# --- public API -------------------------------------------------------------------------------
+
+
+def score(response: str, ground_truth: str, *, mode: str = "dapo", timeout_s: float = DEFAULT_TIMEOUT_S) -> Score:
+    """Score one response against its ground truth.
+
+    Args:
+        response: the model's text (anything: never raises on it).
+        ground_truth: the reference answer; "dapo" needs an integer string.
+        mode: one of MODES.
+        timeout_s: hard limit, in seconds, on the math mode's parse-and-compare of this response;
+            past it the worker process is killed and the reason is "timeout". Not counted: starting
+            a worker (about 1 s, once per process; a killed worker's replacement is started in the
+            background at once, so only a call that comes before it is ready waits for it). The
+            "dapo" modes are linear-time string work with no parser and need no limit.
+
+    Raises:
+        ValueError: unknown mode, bad timeout, or a ground truth the mode cannot use.
+        TypeError: response or ground_truth is not a str.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown verifier mode {mode!r}: choose one of {MODES}")
+    if not isinstance(response, str) or not isinstance(ground_truth, str):
+        raise TypeError(
+            f"score() takes str response and ground_truth, got {type(response).__name__} and "
+            f"{type(ground_truth).__name__}: decode token ids first and cast answers with str()"
+        )
+    if not ground_truth.strip():
+        raise ValueError("empty ground truth: an empty answer would then score as correct; fix the dataset row")
+    if mode == "dapo":
+        return _score_dapo(response, ground_truth)
+    if mode == "dapo-official":
+        return _score_official(response, ground_truth)
+    if mode == "math":
+        if not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds, got {timeout_s!r}")
+        return _score_math(response, ground_truth, timeout_s)
+    raise AssertionError(f"mode {mode!r} is in MODES but has no rule")
+
+
+def score_batch(
+    responses: list[str],
+    ground_truths: list[str],
+    *,
+    mode: str = "dapo",
+    workers: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[Score]:
+    """score() for many responses, results in input order.
+
+    The math mode runs `workers` calls at once (default: CPU count), each in its own worker
+    process; the "dapo" modes run inline, since a process hop costs more than the rule.
+    """
+    if len(responses) != len(ground_truths):
+        raise ValueError(f"{len(responses)} responses but {len(ground_truths)} ground truths: pass one per response")
+    one = functools.partial(score, mode=mode, timeout_s=timeout_s)
+    if mode != "math":
+        return [one(r, g) for r, g in zip(responses, ground_truths)]
+    # Threads only wait on pipes: the parsing runs in one worker process per thread.
+    with ThreadPoolExecutor(max_workers=workers or len(os.sched_getaffinity(0))) as pool:
+        return list(pool.map(one, responses, ground_truths))
+
+
+# --- plumbing: command line for hand-checking rollouts ----------------------------------------
+
+
+def _field(record: dict, path: str):
+    """record["a"]["b"] for path "a.b" (parquet rows such as reward_model.ground_truth)."""
+    value = record
+    for key in path.split("."):
+        if not isinstance(value, dict) or key not in value:
+            raise KeyError(f"record has no field {path!r} (fields: {sorted(record)}); name it with a flag")
+        value = value[key]
+    return value
+
+
+def _read_records(path: str, limit: int | None) -> list[dict]:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).slice(0, limit).to_pylist()
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                records.append(json.loads(line))
+            if limit is not None and len(records) >= limit:
+                break
+    return records
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Hand-check saved rollouts: prediction, verdict and reason per row.")
+    parser.add_argument("path", help="rollouts JSONL (fields response, ground_truth) or a dataset .jsonl/.parquet")
+    parser.add_argument("--mode", default="dapo", choices=MODES)
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
+    parser.add_argument("--response-field", default="response", help="field with the model text")
+    parser.add_argument(
+        "--answer-field", default=None, help="field with the ground truth (default: ground_truth, else answer)"
+    )
+    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    args = parser.parse_args(argv)
+
+    records = _read_records(args.path, args.limit)
+    if not records:
+        sys.exit(f"{args.path}: no records")
+    answer_field = args.answer_field or ("ground_truth" if "ground_truth" in records[0] else "answer")
+    responses = [str(_field(r, args.response_field)) for r in records]
+    truths = [str(_field(r, answer_field)) for r in records]
+    scores = score_batch(responses, truths, mode=args.mode, timeout_s=args.timeout_s)
+
+    print(f"{'row':>5}  {'truth':>12}  {'prediction':>24}  {'verdict':7}  reason")
+    for i, (truth, s) in enumerate(zip(truths, scores)):
+        pred = "-" if s.pred is None else s.pred
+        print(f"{i:>5}  {truth[:12]:>12}  {pred[:24]:>24}  {'correct' if s.correct else 'wrong':7}  {s.reason}"
+              + (f"  ({s.detail})" if s.detail else ""))  # fmt: skip
+    counts = collections.Counter(s.reason for s in scores)
+    print(f"\n{args.path}: {len(scores)} rows, mode={args.mode}, verifier {VERSION}")
+    print(f"accuracy {sum(s.correct for s in scores) / len(scores):.3f}")
+    for reason in REASONS:
+        if counts[reason]:
+            print(f"  {reason:17} {counts[reason]:>6}  {REASON_DOCS[reason]}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--math-worker"]:
+        _math_worker_main()
+    else:
+        main()
