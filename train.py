@@ -38,9 +38,13 @@ import json
 import math
 import os
 import random
+import re
 import resource
+import signal
+import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -91,7 +95,10 @@ class Config:
     eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
     instruction: str = F("dapo", "how bare problems become prompts: 'dapo' (official instruction) or 'none'; "
                          "prompts that already hold it, and the tiny task, are used as they are")
-    max_prompt_len: int = F(2048, "prompt token budget; longer prompts are left-truncated (paper 2048)")
+    max_prompt_len: int = F(2048, "prompt token budget in tokens (paper 2048)")
+    prompt_truncation: str = F("error", "a prompt over max_prompt_len: 'error' (before training starts), 'left' "
+                               "(cut from the left, as the official scripts), 'skip' (drop the row, counted)")
+    skip_bad_rows: bool = F(False, "drop malformed dataset rows (counted in the log) instead of stopping")
     # sampling
     group_size: int = F(8, "[G] responses per prompt (paper 16)")
     prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512)")
@@ -128,6 +135,20 @@ class Config:
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
     activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
     cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
+    # bounded staleness (issue 5)
+    max_rollout_age: int = F(0, "surplus kept groups may be trained on up to this many steps later (0 = official: "
+                             "surplus is thrown away)")
+    # logging, probes, checkpoints
+    log_every: int = F(1, "update the progress bar every N steps (metrics.jsonl gets every step)")
+    probe_every: int = F(10, "every N steps (and at step 0) sample the fixed probe set; 0 = off")
+    probe_size: int = F(100, "held-out problems in the fixed probe set (the first of --eval_data)")
+    tensorboard: bool = F(False, "also log metrics to RUN_DIR/tb (needs the tensorboard package); rank 0 only")
+    wandb_project: str = F("", "also log metrics to this Weights & Biases project (needs wandb); rank 0 only")
+    save_every: int = F(0, "write a resumable checkpoint every N steps (0 = only at the end and on SIGINT/SIGTERM)")
+    keep_checkpoints: int = F(2, "most recent checkpoints kept")
+    resume: str = F("", "resume from a checkpoint directory, or 'latest' (RUN_DIR/checkpoints/latest)")
+    resume_allow_config_change: bool = F(False, "resume even if the config differs from the checkpoint's")
+    max_nonfinite_steps: int = F(3, "stop after this many rollout steps in a row whose every update was non-finite")
 
 
 PRESETS: dict[str, dict] = {
@@ -141,7 +162,7 @@ PRESETS: dict[str, dict] = {
                   on_exhausted="error", max_response_len=20480, overlong_buffer=4096, max_prompt_len=2048,
                   lr=1e-6, warmup_steps=10, weight_decay=0.1, grad_clip=1.0, mini_batch_size=512,
                   micro_batch_size=4, dual_clip=10.0, eval_k=32, eval_top_p=0.7, instruction="dapo",
-                  data="", eval_data="", steps=1000),
+                  prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10),
 }
 
 
@@ -150,10 +171,11 @@ def parse_config(argv: list[str] | None = None) -> Config:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
     for f in dataclasses.fields(Config):
+        text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         if f.type in ("bool", bool):
-            ap.add_argument(f"--{f.name}", type=_parse_bool, default=None, metavar="BOOL", help=f.metadata["help"])
+            ap.add_argument(f"--{f.name}", type=_parse_bool, default=None, metavar="BOOL", help=f"{text} (default {f.default})")
         else:
-            ap.add_argument(f"--{f.name}", type=type(f.default), default=None, help=f"{f.metadata['help']} (default {f.default!r})")
+            ap.add_argument(f"--{f.name}", type=type(f.default), default=None, help=f"{text} (default {f.default!r})")
     args = vars(ap.parse_args(argv))
     values = dict(PRESETS[args.pop("preset")])
     values.update({k: v for k, v in args.items() if v is not None})
@@ -174,6 +196,10 @@ def validate_config(cfg: Config) -> None:
     """Reject inconsistent settings before any work starts, saying what to change."""
     if cfg.loss_agg not in dapo.LOSS_AGG_MODES:
         raise ValueError(f"--loss_agg {cfg.loss_agg!r} is not one of {dapo.LOSS_AGG_MODES}")
+    if cfg.prompt_truncation not in ("error", "left", "skip"):
+        raise ValueError(f"--prompt_truncation must be error, left or skip, got {cfg.prompt_truncation!r}")
+    if cfg.max_rollout_age < 0:
+        raise ValueError(f"--max_rollout_age must be >= 0, got {cfg.max_rollout_age}")
     if cfg.on_exhausted not in ("error", "partial", "skip"):
         raise ValueError(f"--on_exhausted must be error, partial or skip, got {cfg.on_exhausted!r}")
     if cfg.verifier not in verifier.MODES:
@@ -288,37 +314,65 @@ def load_problems(spec: str, cfg: Config, *, held_out: bool) -> tuple[list[Probl
     path = Path(spec)
     if not path.exists():
         raise FileNotFoundError(f"dataset {spec!r} does not exist: pass --data/--eval_data a .parquet or .jsonl path, or 'tiny'")
-    problems = []
+    problems, bad = [], []
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        for i, row in enumerate(pq.read_table(path).to_pylist()):
+        try:
+            rows = pq.read_table(path).to_pylist()
+        except Exception as e:  # pyarrow raises several types for unreadable files
+            raise ValueError(f"{path}: not a readable parquet file ({e})") from e
+        for i, row in enumerate(rows):
             msgs = row.get("prompt")
             gt = (row.get("reward_model") or {}).get("ground_truth")
-            if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) and "content" in m for m in msgs):
-                raise ValueError(f"{path} row {i}: field 'prompt' must be a non-empty list of {{role, content}} messages")
+            if not isinstance(msgs, list) or not msgs or not all(
+                    isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"].strip() for m in msgs):
+                bad.append(f"{path} row {i}: field 'prompt' must be a non-empty list of {{role, content}} messages")
+                continue
             if not isinstance(gt, str) or not gt.strip():
-                raise ValueError(f"{path} row {i}: field 'reward_model.ground_truth' must be a non-empty string")
+                bad.append(f"{path} row {i}: field 'reward_model.ground_truth' must be a non-empty string, got {gt!r}")
+                continue
             idx = (row.get("extra_info") or {}).get("index", i)
-            problems.append(Problem(str(idx), [{"role": m.get("role", "user"), "content": m["content"]} for m in msgs], gt.strip()))
+            problems.append(Problem(str(idx), [{"role": m.get("role") or "user", "content": m["content"]} for m in msgs],
+                                    gt.strip()))
     elif path.suffix == ".jsonl":
         with open(path, encoding="utf-8") as f:
             for i, line in enumerate(f):
                 if not line.strip():
                     continue
-                row = json.loads(line)
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    bad.append(f"{path} row {i}: not valid JSON ({e.msg})")
+                    continue
                 text = row.get("prompt") if isinstance(row.get("prompt"), str) else row.get("problem")
                 gt = row.get("answer", row.get("ground_truth"))
                 if not isinstance(text, str) or not text.strip():
-                    raise ValueError(f"{path} row {i}: field 'problem' (or 'prompt') must be a non-empty string")
+                    bad.append(f"{path} row {i}: field 'problem' (or 'prompt') must be a non-empty string")
+                    continue
                 if not isinstance(gt, str) or not gt.strip():
-                    raise ValueError(f"{path} row {i}: field 'answer' must be a non-empty string (got {gt!r})")
+                    bad.append(f"{path} row {i}: field 'answer' must be a non-empty string, got {gt!r}")
+                    continue
                 bare = not isinstance(row.get("prompt"), str)  # a full prompt is used as it is
                 problems.append(Problem(str(row.get("id", i)), [{"role": "user", "content": text}], gt.strip(), bare))
     else:
         raise ValueError(f"dataset {spec!r}: expected a .parquet (DAPO layout) or .jsonl file")
+    if cfg.verifier == "dapo":  # the integer rule needs integer ground truths (DAPO-Math-17k, AIME)
+        ok = []
+        for p in problems:
+            if re.fullmatch(r"-?\d+", p.answer.replace(",", "")):
+                ok.append(p)
+            else:
+                bad.append(f"{path} problem {p.id}: ground truth {p.answer!r} is not an integer, which --verifier dapo "
+                           "requires; use --verifier math for general answers")
+        problems = ok
+    if bad and not cfg.skip_bad_rows:
+        raise ValueError(f"{len(bad)} bad row(s) in {path}; first: {bad[0]}. Fix the data, or pass --skip_bad_rows "
+                         "true to drop them (they are counted in the log)")
+    if bad:
+        print(f"[data] skipped {len(bad)} bad row(s) of {path}; first: {bad[0]}", file=sys.stderr)
     if not problems:
-        raise ValueError(f"dataset {spec!r} has no rows")
+        raise ValueError(f"dataset {spec!r} has no usable rows")
     return problems, str(path), file_hash(path)
 
 
@@ -333,7 +387,11 @@ def dedupe_by_id(problems: list[Problem]) -> list[Problem]:
 
 
 def build_prompt(problem: Problem, tokenizer, cfg: Config) -> list[int]:
-    """Prompt token ids: official instruction around bare problems, then the chat template."""
+    """Prompt token ids: official instruction around bare problems, then the chat template.
+
+    A prompt longer than cfg.max_prompt_len is left-truncated (the official scripts) only with
+    --prompt_truncation left; otherwise it is returned whole and `prepare_prompts` decides.
+    """
     msgs = [dict(m) for m in problem.messages]
     if cfg.instruction == "dapo" and problem.bare and not msgs[-1]["content"].startswith(DAPO_PREFIX[:40]):
         msgs[-1]["content"] = DAPO_PREFIX + msgs[-1]["content"] + DAPO_SUFFIX
@@ -342,7 +400,28 @@ def build_prompt(problem: Problem, tokenizer, cfg: Config) -> list[int]:
     else:
         text = "\n".join(m["content"] for m in msgs) + "\n"
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-cfg.max_prompt_len :]  # left-truncate (paper: max prompt 2048, truncation left)
+    return ids[-cfg.max_prompt_len :] if cfg.prompt_truncation == "left" else ids
+
+
+def prepare_prompts(problems: list[Problem], tokenizer, cfg: Config) -> tuple[list[Problem], list[list[int]]]:
+    """Tokenize every prompt before training; apply --prompt_truncation to over-long ones."""
+    kept, ids, too_long = [], [], []
+    for p in problems:
+        x = build_prompt(p, tokenizer, cfg)
+        if len(x) > cfg.max_prompt_len:
+            too_long.append((p.id, len(x)))
+            continue
+        kept.append(p)
+        ids.append(x)
+    if too_long and cfg.prompt_truncation == "error":
+        raise ValueError(f"{len(too_long)} prompt(s) exceed --max_prompt_len {cfg.max_prompt_len} tokens (first: problem "
+                         f"{too_long[0][0]}, {too_long[0][1]} tokens). Raise --max_prompt_len, or pass --prompt_truncation "
+                         "left (cut from the left, as the official scripts) or skip")
+    if too_long:
+        print(f"[data] skipped {len(too_long)} prompt(s) longer than {cfg.max_prompt_len} tokens", file=sys.stderr)
+    if not kept:
+        raise ValueError("no prompt fits --max_prompt_len")
+    return kept, ids
 
 
 def template_hash(tokenizer, cfg: Config) -> str:
@@ -418,6 +497,10 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         tokenizer.save_pretrained(out)
+        if type(tokenizer).__name__ == "PreTrainedTokenizerFast":
+            # transformers 5 records "TokenizersBackend"; keep the class load_policy needs to load it as saved
+            tc = out / "tokenizer_config.json"
+            tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
         (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
 
 
@@ -440,6 +523,7 @@ class Group:
     group_id: str
     kept: bool = False
     seed: int = 0  # seed of the generation request that produced the group
+    policy_version: int = 0  # weight version that generated it (= the rollout step it was generated in)
 
 
 def score_group(problem, prompt_ids, samples, cfg: Config, gen_round, gen_wall_s, group_id, tokenizer) -> Group:
@@ -473,20 +557,34 @@ class PromptStream:
         return out
 
 
-def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist: Dist, tokenizer, stats) -> list[Group]:
+def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist: Dist, tokenizer, stats,
+                   buffer: list[Group] | None = None) -> list[Group]:
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
     (seed, step, round, c) on rank c % world, so the same run on 1 or N processes draws the same
-    rollouts (for equal gen_shards). Every
-    rank receives every group (all_gather), so all ranks make the same keep/stop decision and no
-    collective can hang. Returns the kept groups (at most prompts_per_step) plus, in `stats`,
-    every generated group for logging.
+    rollouts (for equal gen_shards). Every rank receives every group (all_gather), so all ranks
+    make the same keep/stop decision and no collective can hang.
+
+    Bounded staleness (issue 5): the official code throws away kept groups beyond the batch.
+    With cfg.max_rollout_age > 0 they go to `buffer` instead, and later steps train on them first
+    while their age (this step - the step that generated them) is at most max_rollout_age.
+
+    Returns the kept groups (at most prompts_per_step). In `stats`: "_generated" (every group
+    generated this step), "_expired" (buffered groups that grew too old) and "_buffered".
     """
-    kept, generated = [], []
+    buffer = [] if buffer is None else buffer
+    fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
+    stats["_expired"] = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
+    kept = fresh[: cfg.prompts_per_step]
+    del buffer[:]
+    buffer.extend(fresh[cfg.prompts_per_step :])
+    generated = []
     params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
     n_shards = cfg.gen_shards or dist.world
-    for rnd in range(cfg.max_gen_rounds):
+    rounds = 0
+    while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
+        rnd, rounds = rounds, rounds + 1
         idx = stream.take(cfg.gen_prompts_per_round)  # (same on every rank)
         per = math.ceil(len(idx) / n_shards)
         local = []
@@ -501,24 +599,30 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
         for c, seed, wall, shard, samples in shards:
             for i, s in zip(shard, samples):
                 g = score_group(problems[i], prompt_ids[i], s, cfg, rnd, wall, f"{step}-{rnd}-{len(round_groups)}", tokenizer)
-                g.seed = seed
+                g.seed, g.policy_version = seed, step
                 round_groups.append(g)
         stats["time/score"] = stats.get("time/score", 0.0) + time.perf_counter() - t0
         stats["time/generate"] = stats.get("time/generate", 0.0) + max(x[2] for x in shards)
         generated.extend(round_groups)
+        # --- DAPO: Dynamic Sampling. The filter is on correctness, never on the shaped reward.
         correct = torch.cat([g.correct for g in round_groups])  # (round prompts * G,)
         if cfg.dynamic_sampling:
             keep = dapo.dynamic_sampling_keep(correct, cfg.group_size)  # (round prompts,)
         else:
-            keep = torch.ones(len(round_groups), dtype=torch.bool)
+            keep = torch.ones(len(round_groups), dtype=torch.bool)  # (round prompts,)
         for g, k in zip(round_groups, keep.tolist()):
-            if k and len(kept) < cfg.prompts_per_step:
-                g.kept = True
+            if not k:
+                continue
+            g.kept = True
+            if len(kept) < cfg.prompts_per_step:
                 kept.append(g)
-        if len(kept) >= cfg.prompts_per_step:
-            break
-    stats["groups/gen_rounds"] = rnd + 1
+            elif cfg.max_rollout_age > 0:
+                buffer.append(g)  # surplus, for a later step
+            else:
+                g.kept = False  # surplus thrown away (official behaviour)
+    stats["groups/gen_rounds"] = rounds
     stats["_generated"] = generated
+    stats["groups/buffered"] = len(buffer)
     if len(kept) < cfg.prompts_per_step:
         msg = (f"step {step}: dynamic sampling kept {len(kept)}/{cfg.prompts_per_step} groups after "
                f"{cfg.max_gen_rounds} rounds of {cfg.gen_prompts_per_round} prompts: nearly every group is all-correct "
@@ -528,8 +632,12 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
             raise RuntimeError(msg)
         stats["groups/exhausted"] = 1.0
         if cfg.on_exhausted == "skip":
+            for g in kept:
+                g.kept = False
             return []
-        # partial: keep whole groups, a multiple of the world size so every rank gets the same count
+        # partial: whole groups, a multiple of the world size so every rank gets the same count
+        for g in kept[len(kept) - len(kept) % dist.world :]:
+            g.kept = False
         kept = kept[: len(kept) - len(kept) % dist.world]
     return kept
 
@@ -713,39 +821,56 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
 # --- plumbing: metrics ----------------------------------------------------------------------------------
 
 
-def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config) -> dict:
-    """Per-step diagnostics of everything generated (README "Metrics")."""
-    G = cfg.group_size
-    lengths = np.array([len(s.token_ids) for g in generated for s in g.samples])
-    correct = np.array([bool(c) for g in generated for c in g.correct])
-    trunc = np.array([s.truncated for g in generated for s in g.samples])
-    n_correct = np.array([int(g.correct.sum()) for g in generated])
-    m = {
-        "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
-        "train/correct_frac": float(correct.mean()),
-        "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
-        "groups/generated": len(generated),
-        "groups/kept": len(kept),
-        "groups/kept_frac": len(kept) / max(len(generated), 1),
-        "groups/all_correct_frac": float((n_correct == G).mean()),
-        "groups/all_wrong_frac": float((n_correct == 0).mean()),
-        "length/mean": float(lengths.mean()),
-        "length/median": float(np.median(lengths)),
-        "length/p90": float(np.percentile(lengths, 90)),
-        "length/max": int(lengths.max()),
-        "length/truncated_frac": float(trunc.mean()),
-        "length/correct_mean": float(lengths[correct].mean()) if correct.any() else float("nan"),
-        "length/wrong_mean": float(lengths[~correct].mean()) if (~correct).any() else float("nan"),
-        "length/truncated_frac_wrong": float(trunc[~correct].mean()) if (~correct).any() else float("nan"),
-    }
-    reasons: dict[str, int] = {}
-    for g in generated:
-        for s in g.scores:
-            reasons[s.reason] = reasons.get(s.reason, 0) + 1
-    for r, c in sorted(reasons.items()):
-        m[f"verifier/{r}"] = c
-    m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
+def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config, step: int) -> dict:
+    """Per-step diagnostics of everything generated, and of what was trained on (README "Metrics")."""
+    m: dict = {"groups/generated": len(generated), "groups/kept": len(kept),
+               "groups/kept_frac": len(kept) / max(len(generated), 1)}
+    if generated:
+        G = cfg.group_size
+        lengths = np.array([len(s.token_ids) for g in generated for s in g.samples])
+        correct = np.array([bool(c) for g in generated for c in g.correct])
+        trunc = np.array([s.truncated for g in generated for s in g.samples])
+        n_correct = np.array([int(g.correct.sum()) for g in generated])
+        m.update({
+            "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
+            "train/correct_frac": float(correct.mean()),
+            "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
+            "groups/all_correct_frac": float((n_correct == G).mean()),
+            "groups/all_wrong_frac": float((n_correct == 0).mean()),
+            "length/mean": float(lengths.mean()),
+            "length/median": float(np.median(lengths)),
+            "length/p90": float(np.percentile(lengths, 90)),
+            "length/max": int(lengths.max()),
+            "length/truncated_frac": float(trunc.mean()),
+            "length/correct_mean": float(lengths[correct].mean()) if correct.any() else None,
+            "length/correct_p90": float(np.percentile(lengths[correct], 90)) if correct.any() else None,
+            "length/wrong_mean": float(lengths[~correct].mean()) if (~correct).any() else None,
+            "length/wrong_p90": float(np.percentile(lengths[~correct], 90)) if (~correct).any() else None,
+            "length/truncated_frac_correct": float(trunc[correct].mean()) if correct.any() else None,
+            "length/truncated_frac_wrong": float(trunc[~correct].mean()) if (~correct).any() else None,
+            # A response made mostly of one repeated token is a sign of broken weights (issue 7).
+            "rollout/degenerate_frac": float(np.mean([_degenerate(s.token_ids) for g in generated for s in g.samples])),
+        })
+        reasons: dict[str, int] = {}
+        for g in generated:
+            for sc in g.scores:
+                reasons[sc.reason] = reasons.get(sc.reason, 0) + 1
+        for r, c in sorted(reasons.items()):
+            m[f"verifier/{r}"] = c
+        m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
+    # Trained samples sliced by rollout age (bounded staleness, issue 5).
+    for age in sorted({step - g.policy_version for g in kept}):
+        part = [g for g in kept if step - g.policy_version == age]
+        m[f"age/{age}/groups"] = len(part)
+        m[f"age/{age}/reward_mean"] = float(torch.cat([g.reward for g in part]).mean())
+        m[f"age/{age}/correct_frac"] = float(torch.cat([g.correct for g in part]).float().mean())
+        m[f"age/{age}/length_mean"] = float(np.mean([len(s.token_ids) for g in part for s in g.samples]))
     return m
+
+
+def _degenerate(tokens: list[int], min_len: int = 8, share: float = 0.8) -> bool:
+    """True if a response of at least min_len tokens is >= share one single token."""
+    return len(tokens) >= min_len and max(tokens.count(t) for t in set(tokens)) >= share * len(tokens)
 
 
 def peak_memory_gb(device) -> float:
@@ -754,7 +879,179 @@ def peak_memory_gb(device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
 
+def group_records(g: Group, *, run_id, learner_version, advantages, engine, cfg: Config, tokenizer, prov: dict) -> list[RolloutRecord]:
+    """One RolloutRecord per rollout of the group, with its provenance."""
+    out = []
+    for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
+        out.append(RolloutRecord(
+            run_id=run_id, step=learner_version, policy_version=g.policy_version, learner_version=learner_version,
+            group_id=g.group_id, prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
+            prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
+            ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
+            finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
+            verifier_reason=sc.reason, reward=float(g.reward[si]), reward_correct=sc.reward,
+            reward_overlong=float(g.reward_overlong[si]), advantage=None if advantages is None else float(advantages[si]),
+            seed=g.seed, seeded=engine.seeded, temperature=cfg.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version, verifier=cfg.verifier,
+            verifier_version=verifier.VERSION, gen_wall_s=g.gen_wall_s, **prov))
+    return out
+
+
+# --- plumbing: checkpoints (issue 7) ------------------------------------------------------------------------
+
+
+def _group_to_json(g: Group) -> dict:
+    return {"problem": dataclasses.asdict(g.problem), "prompt_ids": g.prompt_ids,
+            "samples": [dataclasses.asdict(s) for s in g.samples], "scores": [dataclasses.asdict(sc) for sc in g.scores],
+            "reward_overlong": g.reward_overlong.tolist(), "reward": g.reward.tolist(), "correct": g.correct.tolist(),
+            "gen_round": g.gen_round, "gen_wall_s": g.gen_wall_s, "group_id": g.group_id, "kept": g.kept,
+            "seed": g.seed, "policy_version": g.policy_version}
+
+
+def _group_from_json(d: dict) -> Group:
+    from rollout import Sample
+
+    return Group(Problem(**d["problem"]), d["prompt_ids"], [Sample(**s) for s in d["samples"]],
+                 [verifier.Score(**sc) for sc in d["scores"]], torch.tensor(d["reward_overlong"]), torch.tensor(d["reward"]),
+                 torch.tensor(d["correct"]), d["gen_round"], d["gen_wall_s"], d["group_id"], d["kept"], d["seed"],
+                 d["policy_version"])
+
+
+# Fields that may differ between a run and its resumption without changing what it computes.
+RESUME_FREE_FIELDS = {"steps", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads", "save_every",
+                      "keep_checkpoints", "tensorboard", "wandb_project", "device"}
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, cfg: Config, dist: Dist) -> Path:
+    """Atomic, resumable checkpoint after `step` completed rollout steps.
+
+    Model and optimizer go through torch.distributed.checkpoint (each rank writes its shards);
+    everything else (counters, data position, staleness buffer, RNG states, config) is JSON.
+    Written into a temporary directory renamed into place, so a crash mid-write never leaves a
+    checkpoint that loads wrongly; `latest` names the newest; only the newest `keep_checkpoints`
+    are kept.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = run_dir / "checkpoints"
+    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
+    if dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier(dist)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    with warnings.catch_warnings():  # one process: DCP warns that it assumes a single process, which is right
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    if dist.main:
+        np_state = np.random.get_state()
+        trainer = {**state, "step": step, "config": dataclasses.asdict(cfg), "scheduler": scheduler.state_dict(),
+                   "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+                           "torch": torch.get_rng_state().tolist()}}
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        (root / "latest.tmp").write_text(final.name + "\n")
+        os.replace(root / "latest.tmp", root / "latest")
+        for old in sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))[: -cfg.keep_checkpoints]:
+            shutil.rmtree(old)
+    _barrier(dist)
+    return final
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, cfg: Config) -> dict:
+    """Restore model, optimizer, scheduler and RNG states; return the trainer state."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    trainer = json.loads((path / "trainer_state.json").read_text())
+    saved = trainer["config"]
+    diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
+            if k not in RESUME_FREE_FIELDS and saved.get(k) != v}
+    if diff and not cfg.resume_allow_config_change:
+        raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
+                         "settings, or pass --resume_allow_config_change true")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    sd = {"model": model_sd, "optim": optim_sd}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(sd, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    rng = trainer["rng"]
+    random.setstate(_tuplify(rng["python"]))
+    np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], dtype=np.uint32), *rng["numpy"][2:]))
+    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+    return trainer
+
+
+def _jsonable(x):
+    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
+
+
+def _barrier(dist: Dist) -> None:
+    if dist.world > 1:
+        torch.distributed.barrier()
+
+
+def _truncate_jsonl(path: Path, keep) -> None:
+    """Keep only the lines of a JSONL file for which keep(record) is true (resume: drop the step in flight)."""
+    if path.exists():
+        lines = [l for l in path.read_text().splitlines() if l.strip() and keep(json.loads(l))]
+        path.write_text("".join(l + "\n" for l in lines))
+
+
+class StopSignal:
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly (issue 7)."""
+
+    def __init__(self):
+        self.hit = False
+        self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self.hit:  # a second signal stops at once
+            raise KeyboardInterrupt
+        self.hit = True
+        print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
+
+    def restore(self):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _clean(stats: dict) -> dict:
+    """JSON-safe metrics: NaN/inf become null, private keys dropped."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in stats.items() if not k.startswith("_")}
+
+
 # --- plumbing: the run ------------------------------------------------------------------------------------
+
+
+def probe(engine, tokenizer, probe_problems, probe_ids, cfg: Config, step: int) -> tuple[dict, list[dict]]:
+    """Sample the fixed probe set (held-out prompts that never enter training) with the eval
+    settings; returns metrics ("probe/...") and one record per rollout."""
+    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                            top_p=cfg.eval_top_p, seed=_request_seed(cfg.seed, step, -1, 0))
+    samples, wall = timed_generate(engine, probe_ids, params)
+    records, correct, lengths = [], [], []
+    for p, group in zip(probe_problems, samples):
+        for si, smp in enumerate(group):
+            sc = verifier.score(tokenizer.decode(smp.token_ids, skip_special_tokens=True), p.answer, mode=cfg.verifier)
+            correct.append(sc.correct)
+            lengths.append(len(smp.token_ids))
+            records.append({"step": step, "policy_version": step, "prompt_id": p.id, "sample_index": si,
+                            "response": tokenizer.decode(smp.token_ids, skip_special_tokens=True), "ground_truth": p.answer,
+                            "correct": sc.correct, "pred": sc.pred, "verifier_reason": sc.reason,
+                            "response_tokens": len(smp.token_ids), "finish_reason": smp.finish_reason, "seed": params.seed,
+                            "verifier_version": verifier.VERSION})
+    k = cfg.eval_k
+    return {f"probe/avg@{k}": float(np.mean(correct)), "probe/mean_length": float(np.mean(lengths)),
+            "probe/n_problems": len(probe_problems), "time/probe": wall}, records
 
 
 def train(cfg: Config) -> dict:
@@ -767,105 +1064,171 @@ def train(cfg: Config) -> dict:
     np.random.seed(cfg.seed)
     torch.manual_seed(cfg.seed)
     run_dir = Path(cfg.run_dir)
-    run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
 
+    # --- plumbing: model, data, optimizer, engine
     model, tokenizer = load_policy(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
     model = wrap_fsdp(model, cfg, device, dist)
     problems, data_name, data_hash = load_problems(cfg.data, cfg, held_out=False)
-    prompt_ids = [build_prompt(p, tokenizer, cfg) for p in problems]
+    problems, prompt_ids = prepare_prompts(problems, tokenizer, cfg)
     eval_problems = []
     if cfg.eval_data:
-        eval_problems, eval_name, _ = load_problems(cfg.eval_data, cfg, held_out=True)
+        eval_problems, _, _ = load_problems(cfg.eval_data, cfg, held_out=True)
         eval_problems = dedupe_by_id(eval_problems)[: cfg.eval_limit or None]
+        eval_problems, _ = prepare_prompts(eval_problems, tokenizer, cfg)
+    probe_problems = eval_problems[: cfg.probe_size] if cfg.probe_every else []
+    probe_ids = [build_prompt(p, tokenizer, cfg) for p in probe_problems]
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / cfg.warmup_steps) if cfg.warmup_steps else 1.0)
+    warm = cfg.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
     engine = HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
     stream = PromptStream(len(problems), cfg.seed)
     pad_id = engine.pad_id
     tmpl = template_hash(tokenizer, cfg)
-    model_id = cfg.model or "assets/tiny-base"
+    buffer: list[Group] = []
 
-    writer = metrics_f = None
+    # --- plumbing: resume
+    start, state = 0, {"nonfinite_in_a_row": 0}
+    run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
+    if cfg.resume:
+        ckpt = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() \
+            if cfg.resume == "latest" else Path(cfg.resume)
+        if not (ckpt / "trainer_state.json").exists():
+            raise FileNotFoundError(f"--resume {cfg.resume!r}: no checkpoint at {ckpt} (expected trainer_state.json)")
+        trainer = load_checkpoint(ckpt, model, optimizer, scheduler, cfg)
+        start, run_id, state = trainer["step"], trainer["run_id"], trainer["state"]
+        stream.position = trainer["stream_position"]
+        buffer = [_group_from_json(d) for d in trainer["buffer"]]
+        engine.sync_weights(model, start)
+        if dist.main:
+            print(f"[resume] {ckpt} at step {start}", flush=True)
+    prov = {"dataset": data_name, "dataset_hash": data_hash, "template_hash": tmpl, "model_id": cfg.model or "assets/tiny-base"}
+
+    writer = metrics_f = probe_f = tb = wb = None
     if dist.main:
         run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.jsonl", "rollouts.jsonl", "probe_rollouts.jsonl"):
+            _truncate_jsonl(run_dir / name, lambda r: r["step"] < start)  # a resumed run drops the step in flight
         meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
-                "dataset": data_name, "dataset_hash": data_hash, "template_hash": tmpl, "world_size": dist.world,
-                "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
+                "dataset": data_name, "dataset_hash": data_hash, "n_problems": len(problems), "template_hash": tmpl,
+                "world_size": dist.world, "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
         (run_dir / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
         writer = RolloutWriter(run_dir / "rollouts.jsonl")
         metrics_f = open(run_dir / "metrics.jsonl", "a")
+        probe_f = open(run_dir / "probe_rollouts.jsonl", "a")
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # needs `pip install tensorboard`
+
+            tb = SummaryWriter(str(run_dir / "tb"))
+        if cfg.wandb_project:
+            import wandb  # needs `pip install wandb`
+
+            wb = wandb.init(project=cfg.wandb_project, name=run_id, config=dataclasses.asdict(cfg), resume="allow")
         print(json.dumps(meta["config"]), flush=True)
+        print(f"[data] {len(problems)} training problems from {data_name} ({data_hash}); "
+              f"{len(eval_problems)} held-out, {len(probe_problems)} in the probe set", flush=True)
 
     def held_out(tag: str) -> dict:
         if not eval_problems:
             return {}
-        res = evaluation.evaluate(engine, tokenizer, eval_problems, cfg, seed=cfg.seed + 12345, build_prompt=build_prompt)
+        res = evaluation.evaluate(engine, tokenizer, eval_problems, cfg, seed=cfg.seed + 12345, build_prompt=build_prompt,
+                                  rank=dist.rank, world=dist.world)
         out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
         out["heldout/n_problems"], out["heldout/k"] = len(eval_problems), cfg.eval_k
         if dist.main:
             print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
         return out
 
-    before = held_out("before")
+    before = state.get("heldout_before") or held_out("before")
+    state["heldout_before"] = before
     from tqdm import tqdm
 
-    bar = tqdm(range(cfg.steps), disable=not dist.main, dynamic_ncols=True, desc="dapo")
+    stop = StopSignal()
+    bar = tqdm(range(start, cfg.steps), disable=not dist.main, dynamic_ncols=True, desc="dapo", initial=start, total=cfg.steps)
     t_run = time.perf_counter()
+    step = start
     for step in bar:
         t_step = time.perf_counter()
         stats: dict = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}
-        version = step  # weights after `step` updates generated this step's rollouts
-        kept = collect_groups(step, engine, stream, problems, prompt_ids, cfg, dist, tokenizer, stats)
-        generated = stats.pop("_generated")
-        stats.update(rollout_metrics(generated, kept, cfg))
+        if probe_problems and step % cfg.probe_every == 0:
+            pm, precs = probe(engine, tokenizer, probe_problems, probe_ids, cfg, step)
+            stats.update(pm)
+            if dist.main:
+                probe_f.write("".join(json.dumps(r) + "\n" for r in precs))
+                probe_f.flush()
+        # 1-3. generate, score, filter (Dynamic Sampling), with the staleness buffer
+        kept = collect_groups(step, engine, stream, problems, prompt_ids, cfg, dist, tokenizer, stats, buffer)
+        generated, expired = stats.pop("_generated"), stats.pop("_expired")
+        stats.update(rollout_metrics(generated, kept, cfg, step))
+        # 4-6. advantages, old log-probs, mini-batch updates
+        advantages = None
         if kept:
             batch = build_batch(kept, cfg)
+            advantages = batch.advantages.view(len(kept), cfg.group_size)  # (n_groups, G)
             update_policy(model, optimizer, batch, cfg, dist, device, pad_id, stats)
-            adv_of = {}
-            for b, (gi, si) in enumerate((gi, si) for gi in range(len(kept)) for si in range(cfg.group_size)):
-                adv_of[(gi, si)] = float(batch.advantages[b])
+            all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
+            state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
         scheduler.step()
+        # 7. hand the new weights to the engine: rollouts of the next step carry version step + 1
         stats["time/weight_sync"] = engine.sync_weights(model, step + 1)
         stats["time/step"] = time.perf_counter() - t_step
-        trained_tokens = sum(len(s.token_ids) for g in kept for s in g.samples)
         gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
-        stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 1e-9), 1e-9)
+        stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)
         stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
-                      "envelope/active_samples": len(kept) * cfg.group_size, "envelope/trained_tokens": trained_tokens,
+                      "envelope/active_samples": len(kept) * cfg.group_size,
+                      "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
                       "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": max(map(len, prompt_ids)),
                       "memory/peak_gb": peak_memory_gb(device)})
         if dist.main:
-            kept_ids = {id(g): gi for gi, g in enumerate(kept)}
-            records = []
-            for g in generated:
-                for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
-                    gi = kept_ids.get(id(g))
-                    records.append(RolloutRecord(
-                        run_id=run_id, step=step, policy_version=version, learner_version=version, group_id=g.group_id,
-                        prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
-                        prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
-                        ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
-                        finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
-                        verifier_reason=sc.reason, reward=float(g.reward[si]), reward_correct=sc.reward,
-                        reward_overlong=float(g.reward_overlong[si]), advantage=adv_of.get((gi, si)) if gi is not None else None,
-                        seed=g.seed, seeded=engine.seeded, temperature=cfg.temperature,
-                        top_p=cfg.top_p, max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version,
-                        verifier=cfg.verifier, verifier_version=verifier.VERSION, dataset=data_name, dataset_hash=data_hash,
-                        template_hash=tmpl, model_id=model_id, gen_wall_s=g.gen_wall_s))
+            # Records of every group that left the pipeline this step: trained, thrown away, or expired.
+            in_buffer = {id(g) for g in buffer}
+            adv_of = {id(g): advantages[i] for i, g in enumerate(kept)}
+            done = list(kept) + [g for g in generated if id(g) not in adv_of and id(g) not in in_buffer] + expired
+            records = [r for g in done for r in group_records(g, run_id=run_id, learner_version=step, advantages=adv_of.get(id(g)),
+                                                               engine=engine, cfg=cfg, tokenizer=tokenizer, prov=prov)]
             writer.write(records)
-            metrics_f.write(json.dumps(stats) + "\n")
+            metrics_f.write(json.dumps(_clean(stats)) + "\n")
             metrics_f.flush()
-            bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
-                            kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
+            if tb:
+                for k, v in _clean(stats).items():
+                    if isinstance(v, (int, float)) and k != "step":
+                        tb.add_scalar(k, v, step)
+            if wb:
+                wb.log(_clean(stats), step=step)
+            if step % cfg.log_every == 0 and "train/reward_mean" in stats:
+                bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
+                                kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
+            if stats.get("rollout/degenerate_frac", 0) > 0.5:
+                print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
+                      "the weights may be broken", file=sys.stderr, flush=True)
+        if state["nonfinite_in_a_row"] >= cfg.max_nonfinite_steps:
+            raise RuntimeError(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
+                               f"(last at step {step}); the weights were left unchanged. Lower --lr, check the data, or raise "
+                               "--max_nonfinite_steps")
+        interrupted = all_reduce_max(float(stop.hit), dist) > 0
+        if interrupted or (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps:
+            save_checkpoint(run_dir, step + 1, model, optimizer, scheduler,
+                            {"run_id": run_id, "state": state, "stream_position": stream.position,
+                             "buffer": [_group_to_json(g) for g in buffer]}, cfg, dist)
+        if interrupted:
+            if dist.main:
+                print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
+            stop.restore()
+            if dist.world > 1:
+                torch.distributed.destroy_process_group()
+            return {"run_id": run_id, "interrupted_after_step": step}
+    stop.restore()
     after = held_out("after")
     summary = {"run_id": run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - t_run, 1), **before,
                **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
     save_hf(model, tokenizer, run_dir / "final", dist, {"run_id": run_id, "config": dataclasses.asdict(cfg),
                                                       "verifier_version": verifier.VERSION, "template_hash": tmpl})
     if dist.main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        writer.close()
-        metrics_f.close()
+        (run_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
+        for f in (writer, metrics_f, probe_f, tb):
+            if f:
+                f.close()
+        if wb:
+            wb.finish()
         if before and after:
             k = f"avg@{cfg.eval_k}"
             print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "

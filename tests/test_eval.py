@@ -3,7 +3,7 @@
 Three kinds (STYLE.md rule 11):
   - the estimators against brute force and hand-derived values (pass@k by enumerating subsets,
     maj@k ties worked out by hand, avg@k as the mean of the correctness matrix);
-  - slow reference versus fast: a scripted engine evaluated on 1 process and on 2 or 3 simulated
+  - slow reference versus fast: a scripted engine evaluated on 1 process and on 2 to 4 simulated
     ranks (threads sharing a fake all_gather) must give the same per-problem results;
   - end-to-end runs of `python eval.py` (its `main`) on the tiny default model, on the official
     AIME 2024 parquet and on the tiny task, plus `eval.py compare` on their reports.
@@ -275,13 +275,14 @@ def test_checkpoint_config_is_used_and_flags_override(tmp_path):
     (run / "final").mkdir(parents=True)
     (run / "final" / "config.json").write_text("{}")
     saved = {"config": {"max_response_len": 77, "max_prompt_len": 300, "instruction": "none", "verifier": "dapo-official",
-                        "lr": 0.5, "not_a_field_any_more": 1}}
+                        "trust_remote_code": True, "lr": 0.5, "not_a_field_any_more": 1}}
     (run / "final" / "dapo_run.json").write_text(json.dumps(saved))
     model_dir = ev.resolve_model(str(run))  # a run directory means its final/
     assert model_dir == run / "final"
     cfg, source = ev.checkpoint_config(model_dir, ev.EvalConfig(k=8))
     assert (cfg.max_response_len, cfg.max_prompt_len, cfg.instruction, cfg.verifier) == (77, 300, "none", "dapo-official")
     assert (cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p) == (8, 1.0, 0.7) and source.endswith("dapo_run.json")
+    assert cfg.trust_remote_code is False  # a JSON file must not switch on running model code
     cfg, _ = ev.checkpoint_config(model_dir, ev.EvalConfig(max_new_tokens=5, verifier="dapo", instruction="dapo"))
     assert (cfg.max_response_len, cfg.verifier, cfg.instruction) == (5, "dapo", "dapo")
     foreign = tmp_path / "hf"
@@ -295,9 +296,14 @@ def test_checkpoint_config_is_used_and_flags_override(tmp_path):
 
 
 def test_paper_deviations_lists_each_difference():
-    assert ev.paper_deviations(dict(ev.PAPER_PROTOCOL)) == []
-    dev = ev.paper_deviations({**ev.PAPER_PROTOCOL, "verifier": "dapo", "k": 4})
+    _, info = ev.load_eval_set("aime2024_dapo_eval", train.Config())
+    paper = {**ev.PAPER_PROTOCOL, **info}
+    assert ev.paper_deviations(paper) == []
+    dev = ev.paper_deviations({**paper, "verifier": "dapo", "k": 4})
     assert len(dev) == 2 and any(d.startswith("verifier") for d in dev)
+    _, info = ev.load_eval_set("aime2025", train.Config())
+    assert ev.paper_deviations({**paper, **info}) == [
+        f"dataset: {info['dataset']!r} (paper AIME 2024, one of ['aime2024.jsonl', 'aime2024_dapo_eval.parquet'])"]
 
 
 # --- end to end: the real entry point on the tiny model ----------------------------------------------

