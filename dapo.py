@@ -30,6 +30,8 @@ them before the first backward (DAPO_FACTS.md section 3; verl issues 5625 and 27
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "overlong_filter",
     "dynamic_sampling_keep",
     "token_logprobs",
+    "truncated_importance_weight",
 ]
 
 # log r is clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (issue 7): a token whose
@@ -389,6 +392,41 @@ def dynamic_sampling_keep(correct: torch.Tensor, group_size: int) -> torch.Tenso
     n_groups = _check_group_size(correct.numel(), group_size, "correct")
     n_correct = correct.bool().view(n_groups, group_size).sum(dim=1)  # (n_groups,)
     return (n_correct > 0) & (n_correct < group_size)  # (n_groups,)
+
+
+# --- beyond the paper: sampler/trainer mismatch correction (optional, off by default) ------------
+
+
+def truncated_importance_weight(
+    old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, *, cap: float
+) -> torch.Tensor:
+    """Per-token weight min(pi_old / pi_sampler, cap) for the policy loss (truncated IS).
+
+    Not in the paper. The inference engine (vLLM, bf16 kernels) and the trainer assign slightly
+    different probabilities to the same tokens, so rollouts are mildly off-policy even before any
+    update. Yao et al. (2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
+    Training") weight each token's loss by the ratio of the trainer's to the sampler's probability,
+    truncated at `cap` to bound the variance. Detached: a weight, not a path for gradients.
+
+    Args:
+        old_logp: (B, T) float, trainer's log-prob of each sampled token before the update.
+        sampler_logp: (B, T) float, the engine's log-prob of the same tokens (after temperature).
+        mask: (B, T) bool or {0, 1}; the weight is 1 at masked-out positions.
+        cap: C > 0 (e.g. 2).
+
+    Returns:
+        (B, T) float32 in (0, cap].
+
+    Raises:
+        ValueError: cap <= 0, mismatched shapes.
+    """
+    if cap <= 0:
+        raise ValueError(f"cap must be > 0, got {cap}")
+    if old_logp.shape != sampler_logp.shape or old_logp.shape != mask.shape:
+        raise ValueError(f"old_logp {tuple(old_logp.shape)}, sampler_logp {tuple(sampler_logp.shape)} and mask "
+                         f"{tuple(mask.shape)} must be the same (B, T)")
+    log_w = torch.where(mask.bool(), old_logp.float() - sampler_logp.float(), 0.0)  # (B, T)
+    return torch.exp(log_w.clamp(max=math.log(cap))).detach()  # (B, T)
 
 
 # --- DAPO: log-probabilities and true entropy (shared) ---------------------------------------------

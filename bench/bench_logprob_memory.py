@@ -21,6 +21,8 @@ Methods:
 Equality: both save logp, entropy and the gradient rows of 64 fixed positions; the parent compares
 them (|diff| <= 1e-5). The 'ours' worker also checks every row against the naive formula applied to
 blocks of 128 rows (log_softmax is per row, so this is the same computation, in less memory).
+Both are also compared with a float64 computation on the 64 rows, to show whose fp32 rounding a
+difference is.
 
 Target (issue "benchmarks", item 3): the routine's peak <= 1.5x the logits tensor. logits.grad is
 itself one logits-sized tensor, so 1.0x is the floor for any routine that returns a gradient.
@@ -115,6 +117,14 @@ def worker(method: str, B: int, T: int, V: int, chunk: int, out: Path) -> dict:
            "peak_bytes": peak, "peak_x": peak / logits_bytes, "sampled_peak_x": (sampled[0] - rss_base) / logits_bytes,
            "logits_bytes": logits_bytes}
     grad = logits.grad.reshape(B * T, V)  # (N, V)
+    # float64 reference on the check rows: which method's fp32 rounding is where
+    z64 = logits.detach().reshape(B * T, V)[rows].double().requires_grad_(True)  # (64, V)
+    lp64 = torch.log_softmax(z64, -1)  # (64, V)
+    v64 = lp64.gather(1, tokens.reshape(-1)[rows, None]).squeeze(1)  # (64,)
+    (v64 * w.reshape(-1)[rows].double()).sum().backward()
+    res.update(fp64_err_logp=float((logp.detach().reshape(-1)[rows].double() - v64.detach()).abs().max()),
+               fp64_err_entropy=float((ent.reshape(-1)[rows].double() + (lp64.exp() * lp64).sum(-1).detach()).abs().max()),
+               fp64_err_grad=float((grad[rows].double() - z64.grad).abs().max()))
     np.savez(out, logp=logp.detach().numpy(), ent=ent.numpy(), grad_rows=grad[rows].numpy())
 
     if method == "ours":  # every row against the naive formula, 128 rows at a time
@@ -202,10 +212,13 @@ def main() -> None:
                        f"{r0['all_rows_maxdiff_entropy']:.1e} grad {r0['all_rows_maxdiff_grad']:.1e}")
                 met &= max(r0["all_rows_maxdiff_logp"], r0["all_rows_maxdiff_entropy"], r0["all_rows_maxdiff_grad"]) <= 1e-5
                 met &= max(xs) <= 1.5 if chunk == 1024 else True
+            r0 = rs[0]
+            eq += (f"; vs float64 ({CHECK_ROWS} rows): logp {r0['fp64_err_logp']:.1e} entropy {r0['fp64_err_entropy']:.1e} "
+                   f"grad {r0['fp64_err_grad']:.1e}")
             name = f"{method}" + (f" c={chunk}" if method == "ours" else "")
             print(f"{V:>7} {name:<14} {L / 2**30:>9.2f} {statistics.median(peaks):>8.2f} ({min(peaks):.2f}-{max(peaks):.2f})"
                   f"{'':>7} {statistics.median(xs):>9.2f} {statistics.median([r['sampled_peak_x'] for r in rs]):>9.2f} "
-                  f"{statistics.median(secs):>7.2f} ({min(secs):.2f}-{max(secs):.2f})  {eq}", flush=True)
+                  f"{statistics.median(secs):>7.2f} ({min(secs):.2f}-{max(secs):.2f})  {eq.lstrip('; ')}", flush=True)
     print(f"target (default chunk 1024: peak <= 1.5x logits; values/gradients within 1e-5): {'MET' if met else 'NOT MET'}")
 
 

@@ -132,7 +132,8 @@ def worker_ours(args) -> dict:
     s = _Clock.starts
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     samples = [m["envelope/samples_generated"] for m in metrics]
-    return {"side": "ours", "batch_s": [b - a for a, b in zip(s, s[1:])], "samples": samples,
+    phases = {k: [m.get(f"time/{k}", 0.0) for m in metrics] for k in ("generate", "score", "old_logprobs", "update")}
+    return {"side": "ours", "batch_s": [b - a for a, b in zip(s, s[1:])], "samples": samples, "phases": phases,
             "opt_steps": sum(m.get("policy/optimizer_steps", 0) for m in metrics), "final": str(run_dir / "final"),
             "wall": s[-1] - s[0]}
 
@@ -186,6 +187,16 @@ def worker_trl(args) -> dict:
                 if starts[-1] - starts[0] >= args.budget:
                     control.should_training_stop = True
 
+    gen_s: list[float] = []
+    generate = model.generate
+
+    def timed_generate(*a, **kw):  # the generate phase, to set beside ours' time/generate
+        t = time.perf_counter()
+        out = generate(*a, **kw)
+        gen_s.append(time.perf_counter() - t)
+        return out
+
+    model.generate = timed_generate
     trainer = GRPOTrainer(model=model, reward_funcs=correctness, args=conf, train_dataset=ds, processing_class=tok,
                           callbacks=[Clock()])
     assert trainer.generation_config.top_k in (0, None), trainer.generation_config
@@ -195,7 +206,7 @@ def worker_trl(args) -> dict:
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(REPO / "assets" / "tiny-base" / f, final / f)
     return {"side": "trl", "batch_s": [b - a for a, b in zip(starts, starts[1:])],
-            "samples": [G * PROMPTS] * (len(starts) - 1), "opt_steps": trainer.state.global_step, "final": str(final),
+            "samples": [G * PROMPTS] * (len(starts) - 1), "phases": {"generate": gen_s}, "opt_steps": trainer.state.global_step, "final": str(final),
             "wall": starts[-1] - starts[0]}
 
 
@@ -228,6 +239,8 @@ def speed(args, trl_py: str) -> None:
             r = run_worker(py, side, "speed", args, rep)
             timed = r["batch_s"][args.warmup :]
             res[side].append(statistics.median(timed))
+            ph = {k: statistics.median(v[args.warmup :]) for k, v in r["phases"].items()}  # ours: metrics.jsonl
+            print(f"  run {rep} {side:<4} phases (median s per batch): " + ", ".join(f"{k} {v:.2f}" for k, v in ph.items()))
             print(f"  run {rep} {side:<4}: median {statistics.median(timed):.3f} s/batch over {len(timed)} batches "
                   f"(min {min(timed):.3f}, max {max(timed):.3f}), load {os.getloadavg()[0]:.2f}", flush=True)
     print(f"{'side':<5} {'s/rollout batch (median of runs, range)':>40} {'s/optimizer step':>17} {'samples/s':>10} "

@@ -93,7 +93,14 @@ def _check_smollm2(path: Path) -> None:
 
 @pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
+    """SmolLM2-135M-Instruct as an HF directory (see convert_smollm2); skips when it cannot be made."""
+    return convert_smollm2()
+
+
+def convert_smollm2() -> Path:
     """SmolLM2-135M-Instruct as an HF safetensors directory (float32), converted once and cached.
+
+    Also used outside pytest (bench/gpu_check.sh).
 
     Cache: $DAPO_CACHE/smollm2-135m-instruct, default ~/.cache/dapo-tests/. The conversion is written
     to a temporary sibling, checked, then moved into place with os.replace, and carries a marker

