@@ -76,6 +76,12 @@ class Engine:
         """Make the engine generate from `model`'s current weights; returns seconds spent."""
         raise NotImplementedError
 
+    def sleep(self) -> None:
+        """Free accelerator memory while the trainer works (colocated engines on GPU); no-op here."""
+
+    def wake(self) -> None:
+        """Undo `sleep` before the next weight sync and generation; no-op here."""
+
 
 # --- plumbing: transformers generate ------------------------------------------------------------------
 
@@ -365,6 +371,7 @@ class VLLMEngine(Engine):
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)
+        self._sleeping, self._can_sleep = False, bool(kwargs.get("enable_sleep_mode"))
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
         # trainer from choosing its thread count (ENGINES.md: OMP_NUM_THREADS=1 on shared cores).
@@ -376,6 +383,18 @@ class VLLMEngine(Engine):
         got = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
         if dtype != "auto" and got != str(dtype).removeprefix("torch."):
             raise ValueError(f"vLLM loaded {self.model_dir} as {got}, not the requested dtype {dtype}")
+
+    def sleep(self) -> None:
+        """GPU, colocated: offload the weights to CPU and drop the KV cache while the trainer works
+        (vLLM sleep level 1; needs enable_sleep_mode=True). Untested on GPU hardware here."""
+        if self._can_sleep and not self._sleeping:
+            self.llm.sleep(level=1)
+            self._sleeping = True
+
+    def wake(self) -> None:
+        if self._sleeping:
+            self.llm.wake_up()
+            self._sleeping = False
 
     # --- generation -------------------------------------------------------------------------------
 

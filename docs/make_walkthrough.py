@@ -23,9 +23,10 @@ torch 2.13 CPU) gives byte-identical output.
 
 The group is chosen by a deterministic search (section 0): the first training problem, in dataset
 order, whose G answers (sampled with seed SEARCH_SEED + problem index) are mixed (some right, some
-wrong), include a correct answer inside the soft-punishment buffer and a truncated answer. The
-demonstration step uses a learning rate of DEMO_LR instead of train.py's 1e-4 so that the
-ratios move far enough in one step for the clip to act visibly.
+wrong), include a truncated answer and a finished answer inside the soft-punishment buffer, and
+have at least MIN_DISTINCT_LENGTHS different lengths (so that token-level and sample-level weights
+differ). The demonstration step uses a learning rate of DEMO_LR instead of train.py's 1e-4 so that
+the ratios move far enough in one step for the clip to act visibly.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ G = 8  # group size (train.py default)
 MAX_RESPONSE_LEN = 34  # L_max in tokens: the ladder's budget (bench/ladder.py says why)
 OVERLONG_BUFFER = 6  # L_cache in tokens: lengths 29..34 are punished
 EPS_LOW, EPS_HIGH = 0.2, 0.28  # DAPO clip range (paper 3.1); PPO/GRPO use 0.2 on both sides
-DEMO_LR = 3e-3  # 30x train.py's 1e-4: one step then moves ratios past the clip range for some tokens
+DEMO_LR = 5e-4  # 5x train.py's 1e-4: one step then moves some ratios past the clip range (3e-3 wrecks the policy)
 SEARCH_SEED = 1000  # answers to problem i are sampled with seed SEARCH_SEED + i
-SEARCH_LIMIT = 400  # problems tried before giving up
-TABLE_ANSWERS = 2  # answers whose every token is listed in section 6
+SEARCH_LIMIT = 600  # problems tried before giving up
+MIN_DISTINCT_LENGTHS = 3  # the tiny policy's answers to one problem rarely differ in length
 
 
 def r4(x: float) -> str:
@@ -88,7 +89,7 @@ def build(out_lines: list[str]) -> None:
     w = out_lines.append
 
     # --- 0. the search ---------------------------------------------------------------------------------
-    tried = {"all wrong": 0, "all right": 0, "mixed, lacking a buffer/truncated answer": 0}
+    tried = {"all wrong": 0, "all right": 0, "mixed": 0}
     group = None
     for i in range(SEARCH_LIMIT):
         p = problems[i]
@@ -98,14 +99,13 @@ def build(out_lines: list[str]) -> None:
         g = train.score_group(p, ids, samples, cfg, 0, 0.0, f"walkthrough-{i}", tok)
         n_right = int(g.correct.sum())
         lengths = [len(s.token_ids) for s in samples]
-        right_in_buffer = any(c and expected < n <= MAX_RESPONSE_LEN and not s.truncated
-                              for c, n, s in zip(g.correct.tolist(), lengths, samples))
+        finished_in_buffer = any(expected < n <= MAX_RESPONSE_LEN and not s.truncated for n, s in zip(lengths, samples))
         if n_right == 0:
             tried["all wrong"] += 1
         elif n_right == G:
             tried["all right"] += 1
-        elif not (right_in_buffer and any(s.truncated for s in samples)):
-            tried["mixed, lacking a buffer/truncated answer"] += 1
+        elif not (finished_in_buffer and any(s.truncated for s in samples) and len(set(lengths)) >= MIN_DISTINCT_LENGTHS):
+            tried["mixed"] += 1
         else:
             group, index, seed = g, i, SEARCH_SEED + i
             break
@@ -137,14 +137,15 @@ def build(out_lines: list[str]) -> None:
 
     w("## 0. Choosing the group\n")
     w(f"Problems of `{data_name}` are tried in dataset order; the G answers to problem i are sampled with seed "
-      f"{SEARCH_SEED} + i. The first group that is mixed (some right, some wrong), holds a correct answer inside the "
-      f"buffer ({expected} < length <= {MAX_RESPONSE_LEN}) and a truncated answer is used: problem index {index}, "
-      f"seed {seed}. Groups passed over on the way:\n")
+      f"{SEARCH_SEED} + i. The first group that is mixed (some right, some wrong), holds a truncated answer and a "
+      f"finished one inside the buffer ({expected} < length <= {MAX_RESPONSE_LEN}), and has at least "
+      f"{MIN_DISTINCT_LENGTHS} different lengths is used: problem index {index}, seed {seed}. The {index} groups "
+      "passed over on the way are a small sample of what a training step sees:\n")
     w("| kind of group | count | dynamic sampling would |\n|---|---|---|")
     w(f"| all wrong | {tried['all wrong']} | drop it (every advantage 0) |")
     w(f"| all right | {tried['all right']} | drop it (every advantage 0) |")
-    w(f"| mixed, but no correct answer in the buffer or no truncated answer | "
-      f"{tried['mixed, lacking a buffer/truncated answer']} | keep it |\n")
+    w(f"| mixed, but without the truncated / in-buffer answers or the length spread wanted here | "
+      f"{tried['mixed']} | keep it |\n")
     w("The all-wrong and all-right groups are what dynamic sampling (section 4) removes: with the base policy "
       "right about a quarter of the time they are common, and under GRPO each one is a group of G answers that "
       "costs a forward and backward pass and moves nothing.\n")
@@ -204,6 +205,13 @@ def build(out_lines: list[str]) -> None:
     for i in range(G):
         w(f"| {i} | {'yes' if correct[i] else 'no'} | {int(lengths[i])} | {r4(group.reward[i])} | {r4(adv_dapo[i])} | "
           f"{r4(r_correct[i])} | {r4(adv_grpo[i])} |")
+    up_wrong = [i for i in range(G) if not correct[i] and adv_dapo[i] > 0]
+    if up_wrong:
+        w(f"\nNote answers {up_wrong}: wrong, yet with a **positive** DAPO advantage. They are wrong but short, the "
+          "other wrong answers are wrong and longer, and the right answers lost most of their +1 to the length "
+          "penalty, so the group mean sits below them. The soft punishment mixes a length signal into the "
+          "advantage; on this task, where a right answer's length is fixed by the problem, that signal can point "
+          "the wrong way. GRPO gives every wrong answer the same negative advantage.")
     mask_rows = dapo.overlong_filter(torch.ones(G, 1), truncated)[:, 0]  # (G,)
     filtered = [i for i in range(G) if mask_rows[i] == 0]
     w(f"\nOverlong filtering (`dapo.overlong_filter`, paper 3.4; Table 1's second row, off in the default recipe, "
@@ -273,7 +281,9 @@ def build(out_lines: list[str]) -> None:
     w(f"Mean entropy of the sampling distribution over these tokens before the step: "
       f"{r4((entropy * mask).sum() / mask.sum())} nats.\n")
     order = sorted(range(G), key=lambda i: (-float(adv_dapo[i]), i))
-    shown = [order[0], order[-1]][:TABLE_ANSWERS]  # the most pushed-up and the most pushed-down answer
+    best_wrong = next(i for i in order if not correct[i])
+    # the most pushed-up answer, the wrong answer with the largest advantage, the most pushed-down answer
+    shown = list(dict.fromkeys([order[0], best_wrong, order[-1]]))
     for i in shown:
         n = int(lengths[i])
         w(f"### Answer {i}: A = {r4(adv_dapo[i])} ({'right' if correct[i] else 'wrong'}, {n} tokens)\n")
@@ -315,15 +325,16 @@ def build(out_lines: list[str]) -> None:
     # --- summary -------------------------------------------------------------------------------------------------
     w("## Summary: the same group under GRPO and DAPO\n")
     w("| stage | plain GRPO | DAPO |\n|---|---|---|")
-    w(f"| reward of the truncated answers | -1 (as wrong) | -2 (wrong and past L_max); masked out entirely with "
-      f"overlong filtering |")
-    w(f"| reward of right answers in the buffer | +1 | 1 - (length - {expected}) / {OVERLONG_BUFFER} |")
-    w(f"| advantages | from correctness: {', '.join(r4(a) for a in adv_grpo)} | from shaped reward: "
-      f"{', '.join(r4(a) for a in adv_dapo)} |")
-    w(f"| group kept | always | iff mixed: {'kept' if bool(keep[0]) else 'dropped'} here |")
-    w(f"| answer weight | 1/G each ({r4(1 / G)}) | length / total tokens ({r4(w_tok[0].sum())} .. for answer 0) |")
-    w(f"| clip range | (0.8, 1.2): stopped {int(stop_ppo.sum())} tokens | (0.8, 1.28): stopped "
-      f"{int(stop_dapo.sum())} tokens |")
+    w(f"| rewards (answers 0..{G - 1}) | {', '.join(r4(x) for x in r_correct)} | {', '.join(r4(x) for x in group.reward)} |")
+    w(f"| truncated answers | scored -1, like any wrong answer | scored -2 (wrong, and past L_max); with overlong "
+      f"filtering left out of the loss: answers {filtered} |")
+    w(f"| advantages | {', '.join(r4(a) for a in adv_grpo)} | {', '.join(r4(a) for a in adv_dapo)} |")
+    w(f"| group kept | always (so are the {tried['all wrong'] + tried['all right']} all-wrong/all-right groups of "
+      f"section 0) | iff 0 < right < G: {'kept' if bool(keep[0]) else 'dropped'} here |")
+    w(f"| answer share of the loss | 1/G = {r4(1 / G)} each | length / group tokens: {r4(w_tok.sum(1).min())} to "
+      f"{r4(w_tok.sum(1).max())} |")
+    w(f"| clip range after one step | (0.8, 1.2): {int(stop_ppo.sum())} tokens stopped | (0.8, 1.28): "
+      f"{int(stop_dapo.sum())} tokens stopped |")
     w("")
 
 
