@@ -480,7 +480,7 @@ def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, devi
     """(engine, tokenizer) for --engine auto | hf | vllm.
 
     auto picks vLLM when `import vllm` works and rollout.py has a VLLMEngine, else transformers.
-    Assumed VLLMEngine contract: VLLMEngine(model_dir, seed=...) with a .tokenizer attribute.
+    vLLM holds prompt + response budget tokens, capped at the model's position limit.
     """
     if choice not in ("auto", "hf", "vllm"):
         raise ValueError(f"--engine must be auto, hf or vllm, got {choice!r}")
@@ -493,8 +493,9 @@ def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, devi
     if choice == "vllm" and not has_vllm:
         raise RuntimeError("--engine vllm: `import vllm` failed or rollout.py has no VLLMEngine; use --engine hf")
     if choice == "vllm" or (choice == "auto" and has_vllm):
-        engine = rollout.VLLMEngine(str(model_dir), seed=seed)
-        return engine, engine.tokenizer
+        tokenizer = train.load_tokenizer(str(model_dir), trust_remote_code=cfg.trust_remote_code)
+        max_len = train.engine_max_len(str(model_dir), cfg.max_prompt_len + cfg.max_response_len)
+        return rollout.VLLMEngine(str(model_dir), tokenizer, seed=seed, max_model_len=max_len), tokenizer
     model, tokenizer = train.load_policy(str(model_dir), device, trust_remote_code=cfg.trust_remote_code)
     return rollout.HFEngine(model, tokenizer), tokenizer
 

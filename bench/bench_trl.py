@@ -11,11 +11,11 @@ find-links) and runs the TRL side as a subprocess of that venv's python. Our sid
 subprocess of the current python. Both sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch, item 1):
-  same model (assets/tiny-base), same training prompts (train.load_problems("tiny") through
+  same model (assets/tiny-base), same lr (train.Config default), same training prompts (train.load_problems("tiny") through
   train.build_prompt; TRL receives the decoded text and the script checks TRL re-tokenizes it to the
   same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
   top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
-  recomputed, clip 0.2/0.28, token-mean loss, no KL, lr 1e-4 constant, grad clip 1.0, reward +-1 from
+  recomputed, clip 0.2/0.28, token-mean loss, no KL, constant lr, grad clip 1.0, reward +-1 from
   verifier.py "dapo". Ours with dynamic sampling off, 16 prompts per round (no surplus generated) and
   the overlong penalty off. Both generate with transformers `generate` on the training model.
   Time per rollout batch = wall time between the starts of consecutive batches (ours: around
@@ -48,7 +48,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/work/bench-scratch/trl")
-G, PROMPTS, MAX_LEN, LR = 8, 16, 48, 1e-4
+G, PROMPTS, MAX_LEN = 8, 16, 48  # train.py defaults, asserted in the worker
 
 
 # --- the TRL environment ------------------------------------------------------------------------------
@@ -70,6 +70,13 @@ def versions(py: str) -> str:
     code = "import torch, transformers; s = f'torch {torch.__version__}, transformers {transformers.__version__}'\n" \
            "try:\n import trl; s += f', trl {trl.__version__}'\nexcept ImportError: pass\nprint(s)"
     return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def default_lr() -> float:
+    sys.path.insert(0, str(REPO))
+    import train
+
+    return train.Config().lr
 
 
 def header(name: str, args, trl_py: str) -> str:
@@ -121,19 +128,23 @@ def worker_ours(args) -> dict:
     shutil.rmtree(run_dir, ignore_errors=True)
     flags = ["--run_dir", str(run_dir), "--seed", str(args.seed), "--eval_data", ""]
     if args.mode == "speed":
-        flags += ["--steps", str(args.batches + args.warmup), "--dynamic_sampling", "false", "--overlong_penalty", "false",
+        # one extra step: train.py writes a checkpoint inside its last step, which is not a rollout batch's work
+        flags += ["--steps", str(args.batches + args.warmup + 1), "--dynamic_sampling", "false", "--overlong_penalty", "false",
                   "--gen_prompts_per_round", str(PROMPTS)]
     else:
         flags += ["--steps", "100000"]
         _Clock.budget = args.budget
     cfg = train.parse_config(flags)
-    assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.lr, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, LR, 64), cfg
+    assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, 64), cfg
     train.train(cfg)
     s = _Clock.starts
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     samples = [m["envelope/samples_generated"] for m in metrics]
     phases = {k: [m.get(f"time/{k}", 0.0) for m in metrics] for k in ("generate", "score", "old_logprobs", "update")}
-    return {"side": "ours", "batch_s": [b - a for a, b in zip(s, s[1:])], "samples": samples, "phases": phases,
+    batch_s = [b - a for a, b in zip(s, s[1:])]
+    if args.mode == "speed":
+        batch_s, samples, phases = batch_s[:-1], samples[:-1], {k: v[:-1] for k, v in phases.items()}
+    return {"side": "ours", "batch_s": batch_s, "samples": samples, "phases": phases,
             "opt_steps": sum(m.get("policy/optimizer_steps", 0) for m in metrics), "final": str(run_dir / "final"),
             "wall": s[-1] - s[0]}
 
@@ -170,7 +181,7 @@ def worker_trl(args) -> dict:
         output_dir=str(out / "trainer"), per_device_train_batch_size=64, gradient_accumulation_steps=1,
         steps_per_generation=2, num_generations=G, max_completion_length=MAX_LEN, temperature=1.0, top_p=1.0,
         top_k=0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28, beta=0.0, num_iterations=1,
-        scale_rewards="group", mask_truncated_completions=False, learning_rate=LR, lr_scheduler_type="constant",
+        scale_rewards="group", mask_truncated_completions=False, learning_rate=cfg.lr, lr_scheduler_type="constant",
         warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0, use_cpu=True, bf16=False, max_steps=2 * n_batches,
         logging_steps=1, report_to="none", save_strategy="no", seed=args.seed, dataloader_num_workers=0,
         disable_dropout=True, log_completions=False,
@@ -231,7 +242,7 @@ def speed(args, trl_py: str) -> None:
     print(header("speed", args, trl_py))
     print(f"# settings: G={G}, {PROMPTS} prompts = {G * PROMPTS} samples per rollout batch, max {MAX_LEN} response tokens, "
           f"2 optimizer steps per batch (64 per step), T=1 top_p=1 top_k=0, eps 0.2/0.28, token-mean ('dapo'), beta=0, "
-          f"lr {LR}; ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
+          f"lr {default_lr()} (train.Config default, both sides); ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
           f"{args.warmup} warm-up, {args.repeats} runs per side, alternating ours/TRL", flush=True)
     res = {"ours": [], "trl": []}
     for rep in range(args.repeats):
@@ -283,7 +294,8 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
 def learn(args, trl_py: str) -> None:
     print(header("learn", args, trl_py))
     print(f"# settings: budget {args.budget:.0f} s of training each (model load and evaluation excluded), from "
-          f"assets/tiny-base; ours = train.py defaults (full DAPO); TRL = GRPOTrainer dapo loss, same G/batch/lr, no "
+          f"assets/tiny-base; ours = train.py defaults (full DAPO, lr {default_lr()}); TRL = GRPOTrainer dapo loss, same "
+          f"G/batch/lr, no "
           f"dynamic sampling, no overlong penalty; eval: 256 held-out problems, avg@4, T=1.0, top_p=0.7, same seed; "
           f"{args.repeats} seed(s)", flush=True)
     for rep in range(args.repeats):

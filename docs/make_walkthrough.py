@@ -250,14 +250,26 @@ def build(out_lines: list[str]) -> None:
     model.eval()
     with torch.no_grad():
         old_logp, entropy = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (G, T) each
-    optimizer = torch.optim.AdamW(model.parameters(), lr=DEMO_LR, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    stats: dict = {}
-    torch.manual_seed(0)
-    train.update_policy(model, optimizer, batch, cfg, train.Dist(), device, pad_id, stats)
-    model.eval()
-    with torch.no_grad():
-        new_logp, _ = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (G, T)
+    start = {k: v.clone() for k, v in model.state_dict().items()}
+
+    def one_step(step_cfg, step_batch) -> tuple[torch.Tensor, dict]:
+        """One train.update_policy step from the start weights; returns the new log-probs (G, T) and stats."""
+        model.load_state_dict(start)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=DEMO_LR, weight_decay=step_cfg.weight_decay, betas=(0.9, 0.999))
+        stats: dict = {}
+        train.update_policy(model, optimizer, step_batch, step_cfg, train.Dist(), device, pad_id, stats)
+        model.eval()
+        with torch.no_grad():
+            lp, _ = train.forward_logprobs(model, ids, attn, pos, resp, step_cfg)  # (G, T)
+        return lp, stats
+
+    new_logp, stats = one_step(cfg, batch)  # (G, T)
     ratio = torch.exp(new_logp - old_logp) * mask  # (G, T), 0 on padding
+    # The same step under plain GRPO: train.PRESETS["grpo"] (no overlong term, sample-level loss, clip 0.2).
+    cfg_grpo = dataclasses.replace(cfg, **train.PRESETS["grpo"])
+    group_grpo = train.score_group(group.problem, group.prompt_ids, samples, cfg_grpo, 0, 0.0, group.group_id, tok)
+    new_logp_grpo, _ = one_step(cfg_grpo, train.build_batch([group_grpo], cfg_grpo))  # (G, T)
+    ratio_grpo = torch.exp(new_logp_grpo - old_logp) * mask  # (G, T)
     adv_t = adv_dapo[:, None].expand(G, T)  # (G, T)
 
     def stopped(eps_high: float) -> tuple[torch.Tensor, dict]:
@@ -277,7 +289,8 @@ def build(out_lines: list[str]) -> None:
       f"{r4(stats['policy/grad_norm'])}). In that first mini-batch the ratio is exactly 1 for every token, so "
       "no clip can act: the clip only matters from the second mini-batch of a rollout step on (paper: 16 "
       "mini-batches per step). The ratios below, r = exp(new log-prob - old log-prob), are what a second "
-      "mini-batch would see.\n")
+      "mini-batch would see. The last column is the ratio after the same step taken the GRPO way instead "
+      "(same start weights and answers; correctness-only advantages, sample-level loss: `--preset grpo`).\n")
     w(f"Mean entropy of the sampling distribution over these tokens before the step: "
       f"{r4((entropy * mask).sum() / mask.sum())} nats.\n")
     order = sorted(range(G), key=lambda i: (-float(adv_dapo[i]), i))
@@ -287,8 +300,8 @@ def build(out_lines: list[str]) -> None:
     for i in shown:
         n = int(lengths[i])
         w(f"### Answer {i}: A = {r4(adv_dapo[i])} ({'right' if correct[i] else 'wrong'}, {n} tokens)\n")
-        w("| t | token | old log-prob | new log-prob | ratio | DAPO clip (0.8, 1.28) | PPO/GRPO clip (0.8, 1.2) |\n"
-          "|---|---|---|---|---|---|---|")
+        w("| t | token | old log-prob | new log-prob | ratio | DAPO clip (0.8, 1.28) | PPO/GRPO clip (0.8, 1.2) | "
+          "ratio after a GRPO step |\n|---|---|---|---|---|---|---|---|")
         for t in range(n):
             token = tok.decode([int(resp[i, t])])
 
@@ -296,8 +309,17 @@ def build(out_lines: list[str]) -> None:
                 return ("stopped (high)" if high[i, t] else "stopped (low)") if bool(s[i, t]) else ""
 
             w(f"| {t} | `{cell(token)}` | {r4(old_logp[i, t])} | {r4(new_logp[i, t])} | {r4(ratio[i, t])} | "
-              f"{mark(stop_dapo)} | {mark(stop_ppo)} |")
+              f"{mark(stop_dapo)} | {mark(stop_ppo)} | {r4(ratio_grpo[i, t])} |")
         w("")
+
+    gap = ((torch.log(ratio.clamp(min=1e-30)) - torch.log(ratio_grpo.clamp(min=1e-30))).abs() * mask)  # (G, T)
+    gi, gt = divmod(int(gap.argmax()), T)
+    w(f"Where the two steps disagree most: answer {gi} ({'right' if correct[gi] else 'wrong'}), token {gt} "
+      f"`{cell(tok.decode([int(resp[gi, gt])]))}` (old probability {r4(old_logp[gi, gt].exp())}): ratio "
+      f"{r4(ratio[gi, gt])} after the DAPO step, {r4(ratio_grpo[gi, gt])} after the GRPO step. Every answer here "
+      "shares its first tokens with others, so a token's fate is decided by the advantages of all the answers "
+      "that contain it; the shaped reward of section 5 moves those advantages, and with them the direction of "
+      "the step.\n")
 
     # --- 8. what the clip stopped ----------------------------------------------------------------------------------
     w("## 8. What each side of the clip stopped, per answer\n")

@@ -314,7 +314,9 @@ def _model_args() -> list[str]:
     if not (path / "config.json").exists():
         pytest.fail(f"no model at {path}: build it with `python tiny.py build` (or set EVAL_TEST_MODEL=DIR)")
     # An explicit budget works for any model directory (one without dapo_run.json needs it).
-    return ["--model", TEST_MODEL] if TEST_MODEL else []
+    # The transformers engine explicitly: these tests check eval's logic and the HF path; with vLLM
+    # installed "auto" would pick it (tests/test_vllm.py covers that engine).
+    return (["--model", TEST_MODEL] if TEST_MODEL else []) + ["--engine", "hf"]
 
 
 def test_end_to_end_aime_parquet(tmp_path, capsys):
