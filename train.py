@@ -19,13 +19,18 @@ One rollout step (the loop in `train`):
 How this code departs from the paper and the official code (README "Departures" has the why):
   1. The answer rule is verifier.py's "dapo" mode (the official rule minus its known false
      negatives); "--verifier dapo-official" scores exactly as the paper did.
-  2. Loss aggregation defaults to the official per-batch "token-mean"; "group-token-mean" is the
-     paper's eq. 8 read literally (per prompt group).
+  2. Loss aggregation defaults to the official per-batch "token-mean", counted over the whole
+     optimizer step on all ranks; "group-token-mean" is the paper's eq. 8 read literally.
   3. When the generation-round budget is exhausted the official code stops with an error; here
      `on_exhausted` chooses between that ("error"), training on the partial batch ("partial", the
      default) and skipping the step ("skip").
   4. The learning-rate scheduler steps once per rollout step (as in the official code), so
      warm-up is counted in rollout steps.
+  5. Overlong-filtered answers still count in their group's reward mean and std.
+  6. Over-long prompts stop the run up front unless --prompt_truncation says left or skip.
+  7. Optional, off by default: bounded staleness (--max_rollout_age) and truncated importance
+     sampling (--tis_cap), neither in the paper.
+  8. log(pi / pi_old) is clamped to +-20 before exp (dapo.LOG_RATIO_CLAMP).
 """
 
 from __future__ import annotations
@@ -770,7 +775,7 @@ def split_minibatches(batch: Batch, cfg: Config, dist: Dist) -> list[list[int]]:
     groups are split contiguously across ranks (never a group across two ranks), so 1 process and
     N processes take identical optimizer steps.
     """
-    G, M = cfg.group_size, cfg.mini_batch_size
+    M = cfg.mini_batch_size
     out = []
     for start in range(0, len(batch.response_ids), M):
         groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, len(batch.response_ids)))})

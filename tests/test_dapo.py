@@ -16,7 +16,6 @@ import math
 import os
 import sys
 
-import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings

@@ -11,7 +11,6 @@ import copy
 import dataclasses
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch

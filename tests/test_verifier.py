@@ -8,7 +8,6 @@ from __future__ import annotations
 import io
 import json
 import multiprocessing
-import os
 import sys
 import threading
 import time
