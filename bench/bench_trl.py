@@ -137,6 +137,10 @@ def worker_ours(args) -> dict:
     cfg = train.parse_config(flags)
     assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, 64), cfg
     train.train(cfg)
+    # train.save_hf records tokenizer_class "TokenizersBackend" in this transformers, which
+    # train.load_policy then loads as the wrong tokenizer (round-trip check fails): use the base's files
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(REPO / "assets" / "tiny-base" / f, run_dir / "final" / f)
     s = _Clock.starts
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     samples = [m["envelope/samples_generated"] for m in metrics]

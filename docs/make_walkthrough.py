@@ -117,7 +117,7 @@ def build(out_lines: list[str]) -> None:
     correct = group.correct  # (G,) bool
     r_correct = torch.tensor([sc.reward for sc in group.scores])  # (G,)
 
-    w(f"# DAPO on one group, step by step\n\n{HEADER}\n")
+    w(f"{HEADER}\n\n# DAPO on one group, step by step\n")
     w("Every number below was produced by running this repository's functions (`dapo.py`, `verifier.py`, "
       "`train.py`'s loop helpers, `rollout.HFEngine`) on the default policy `assets/tiny-base` and the default "
       "task (`tiny.py`, column addition ending in `Answer: N`). Each stage shows what DAPO does and, beside it, "
