@@ -493,6 +493,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
         from transformers import PreTrainedTokenizerFast
 
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+        tokenizer.dapo_plain_fast = True  # save_hf writes the class back (transformers 5 would not)
     else:
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     probe = "What is 12+34?\nAnswer: 46"
@@ -548,7 +549,7 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         tokenizer.save_pretrained(out)
-        if type(tokenizer).__name__ == "PreTrainedTokenizerFast":
+        if getattr(tokenizer, "dapo_plain_fast", False):
             # transformers 5 records "TokenizersBackend"; keep the class load_policy needs to load it as saved
             tc = out / "tokenizer_config.json"
             tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")

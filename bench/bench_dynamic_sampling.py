@@ -50,7 +50,7 @@ def run(age: int | None, seed: int, steps: int) -> list[dict]:
         cmd += ["--max_rollout_age", str(age)]
     log = SCRATCH / f"age{age}_seed{seed}.log"
     with open(log, "w") as f:
-        p = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        p = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"), check=False)
     if p.returncode != 0:
         raise RuntimeError(f"train.py failed (rc {p.returncode}); see {log}:\n{log.read_text()[-3000:]}")
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
@@ -81,7 +81,12 @@ def main() -> None:
     print(f"# bench_dynamic_sampling  {datetime.datetime.now():%Y-%m-%d %H:%M}")
     print(f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
           f"OMP_NUM_THREADS=1; python {platform.python_version()}, torch {torch.__version__}")
-    print(f"# settings: python train.py defaults (G=8, 16 groups/step, 24 prompts/round, <= 4 rounds, on_exhausted=partial), "
+    sys.path.insert(0, str(REPO))
+    import train
+
+    c = train.Config()
+    print(f"# settings: python train.py defaults (G={c.group_size}, {c.prompts_per_step} groups/step, {c.gen_prompts_per_round} "
+          f"prompts/round, <= {c.max_gen_rounds} rounds, on_exhausted={c.on_exhausted}, lr {c.lr}), "
           f"--steps {args.steps} --eval_data '' ; seeds {args.seeds}; runs alternate reuse off/on", flush=True)
     ages = [0, 1] if reuse else [None]
     rows: dict = {a: [] for a in ages}
@@ -99,7 +104,7 @@ def main() -> None:
         gpk = [s["gen_per_kept"] for s in ss]
         rm = [s["rounds_mean"] for s in ss]
         st = [s["step_s"] for s in ss]
-        rng = lambda v: f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else ""  # noqa: E731
+        rng = lambda v: f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else ""
         print(f"{name:<28} {statistics.median(gpk):>11.2f}{rng(gpk):<7} {statistics.median(rm):>12.2f}{rng(rm):<7} "
               f"{statistics.median(st):>9.1f}{rng(st)}")
     if not reuse:

@@ -65,7 +65,7 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
 def run_worker(py: str, name: str, args) -> dict | str:
     cmd = [py, __file__, "--worker", name, "--prompts", str(args.prompts), "--calls", str(args.calls),
            "--G", str(args.G), "--max-new", str(args.max_new), "--seed", str(args.seed)]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    p = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"), check=False)
     if p.returncode != 0:
         if name == "vllm" and ("No module named 'vllm'" in p.stderr or "ImportError" in p.stderr
                                or not Path(py).exists()):

@@ -53,13 +53,13 @@ def header(args) -> str:
     load = os.getloadavg()
     return "\n".join([
         f"# bench_logprob_memory  {datetime.datetime.now():%Y-%m-%d %H:%M}",
-        f"# machine: {platform.machine()} {os.cpu_count()} cores, load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, torch threads {torch.get_num_threads()}",
+        (f"# machine: {platform.machine()} {os.cpu_count()} cores, load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
+         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, torch threads {torch.get_num_threads()}"),
         f"# versions: python {platform.python_version()}, torch {torch.__version__}",
-        f"# settings: B={args.B} T={args.T} V={args.vocab} fp32 logits, chunk_size(ours)={args.chunk}, "
-        f"repeats={args.repeats}, one fresh subprocess per case",
-        "# peak = ru_maxrss after the routine - ru_maxrss after allocating the logits (routine's extra high-water "
-        "mark, grad included); x = peak / logits bytes",
+        (f"# settings: B={args.B} T={args.T} V={args.vocab} fp32 logits, chunk_size(ours)={args.chunk}, "
+         f"repeats={args.repeats}, one fresh subprocess per case"),
+        ("# peak = ru_maxrss after the routine - ru_maxrss after allocating the logits (routine's extra high-water "
+         "mark, grad included); x = peak / logits bytes"),
     ])
 
 
@@ -149,7 +149,7 @@ def worker(method: str, B: int, T: int, V: int, chunk: int, out: Path) -> dict:
 def run_case(method, args, V, chunk, out: Path) -> dict:
     cmd = [sys.executable, __file__, "--worker", method, "--B", str(args.B), "--T", str(args.T),
            "--vocab", str(V), "--chunk", str(chunk), "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"worker {method} V={V} failed (rc {p.returncode}):\n{p.stderr[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])

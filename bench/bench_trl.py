@@ -44,7 +44,9 @@ import statistics
 import subprocess
 import sys
 import time
+from itertools import pairwise
 from pathlib import Path
+from typing import ClassVar
 
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/work/bench-scratch/trl")
@@ -58,7 +60,7 @@ def ensure_trl_venv(path: Path) -> Path:
     """Python of a venv holding trl 1.16.0; create it when missing (about 2 minutes)."""
     py = path / "bin" / "python"
     ok = py.exists() and subprocess.run([str(py), "-c", "import trl, sys; sys.exit(trl.__version__ != '1.16.0')"],
-                                        capture_output=True).returncode == 0
+                                        capture_output=True, check=False).returncode == 0
     if not ok:
         print(f"# creating the TRL venv at {path} (pip install torch==2.13.0 trl==1.16.0) ...", flush=True)
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
@@ -83,8 +85,8 @@ def header(name: str, args, trl_py: str) -> str:
     load = os.getloadavg()
     return "\n".join([
         f"# bench_trl {name}  {datetime.datetime.now():%Y-%m-%d %H:%M}",
-        f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-        f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} (each side 1 torch thread)",
+        (f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} "
+         f"{load[2]:.2f}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} (each side 1 torch thread)"),
         f"# ours: python {platform.python_version()}, {versions(sys.executable)}",
         f"# TRL:  {trl_py}: {versions(trl_py)}",
     ])
@@ -96,8 +98,8 @@ def header(name: str, args, trl_py: str) -> str:
 class _Clock:
     """Stands in for tqdm inside train.train: records when each step starts, stops at a budget."""
 
-    starts: list[float] = []
-    budget: float = float("inf")
+    starts: ClassVar[list[float]] = []
+    budget: ClassVar[float] = float("inf")
 
     def __init__(self, iterable=None, **kw):
         self.iterable = iterable
@@ -145,7 +147,7 @@ def worker_ours(args) -> dict:
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     samples = [m["envelope/samples_generated"] for m in metrics]
     phases = {k: [m.get(f"time/{k}", 0.0) for m in metrics] for k in ("generate", "score", "old_logprobs", "update")}
-    batch_s = [b - a for a, b in zip(s, s[1:])]
+    batch_s = [b - a for a, b in pairwise(s)]
     if args.mode == "speed":
         batch_s, samples, phases = batch_s[:-1], samples[:-1], {k: v[:-1] for k, v in phases.items()}
     return {"side": "ours", "batch_s": batch_s, "samples": samples, "phases": phases,
@@ -220,7 +222,7 @@ def worker_trl(args) -> dict:
     trainer.model.save_pretrained(final, safe_serialization=True)
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(REPO / "assets" / "tiny-base" / f, final / f)
-    return {"side": "trl", "batch_s": [b - a for a, b in zip(starts, starts[1:])],
+    return {"side": "trl", "batch_s": [b - a for a, b in pairwise(starts)],
             "samples": [G * PROMPTS] * (len(starts) - 1), "phases": {"generate": gen_s}, "opt_steps": trainer.state.global_step, "final": str(final),
             "wall": starts[-1] - starts[0]}
 
@@ -233,7 +235,7 @@ def run_worker(py: str, side: str, mode: str, args, rep: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     log = SCRATCH / f"{mode}_{side}_{rep}.log"
     with open(log, "w") as f:
-        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, env=env)
+        p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, env=env, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{side} worker failed (rc {p.returncode}); see {log}:\n{log.read_text()[-3000:]}")
     return json.loads(p.stdout.strip().splitlines()[-1])
@@ -291,7 +293,9 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
         model, tok = train.load_policy(d, torch.device("cpu"))
         res = evaluation.evaluate(HFEngine(model, tok), tok, problems, cfg, seed=seed, build_prompt=train.build_prompt)
         k = f"avg@{cfg.eval_k}"
-        out[name] = {"acc": res["metrics"][k], "ci": res["ci"].get(k), "n": len(problems), "k": cfg.eval_k}
+        ci = res["ci"].get(k)
+        out[name] = {"acc": res["metrics"][k], "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a", "n": len(problems),
+                     "k": cfg.eval_k}
     return out
 
 

@@ -96,19 +96,26 @@ ROW_NOTES = {
         "1 - 5/6 = 0.17 instead of 1. On this task the length of a correct answer is fixed by the "
         "problem, so the penalty mostly re-weights groups of long problems and separates short wrong "
         "answers from long wrong ones; it can show a lower truncation rate, and it can cost accuracy "
-        "on long problems (the penalty lowers the reward of their right answers). It cannot show the "
-        "paper's gain from discouraging needless verbosity, which this task's fixed format leaves no room for."),
+        "on long problems (the penalty lowers the reward of their right answers). At budget 34/6 the zone holds "
+        "42% of the right answers, so being short can pay more than being right: a short wrong answer scores -1, "
+        "a long wrong one down to -2, a long right one as little as +0.17. Without dynamic sampling most groups "
+        "are all wrong, and in them only length separates the answers: the policy can learn to answer short and "
+        "wrong (WALKTHROUGH.md sections 5 and 7 show one step of it). It cannot show the paper's gain from "
+        "discouraging needless verbosity, which this task's fixed format leaves no room for; the paper's zone "
+        "(16k-20k tokens) sits above most right answers, ours inside them."),
     "ladder-5-token-level": (
         "token-mean over the whole mini-batch (eq. 8) instead of the mean of per-answer means: every "
         "token weighs the same, so long answers (the 3-digit problems, 30-38 tokens) get more of the "
         "gradient than short ones (16-23 tokens). Length varies by at most 2.4x here against 100x in "
         "the paper, so the re-weighting is mild and its effect small; the paper's motivation (long "
-        "gibberish answers escaping punishment) cannot arise in 34 tokens."),
+        "gibberish answers escaping punishment) cannot arise in 34 tokens. It inherits row 4's length signal, "
+        "so it measures the token-level loss under that signal, not on its own."),
     "ladder-6-dapo": (
         "Dynamic sampling: groups whose answers are all right or all wrong are dropped and more are "
         "generated until 16 mixed groups are kept. It is the row most likely to show at this scale: "
         "the base policy is right about a quarter of the time, so many groups are all-wrong and give "
-        "zero advantage in rows 1-5. Its cost is visible in 'samples generated'. It cannot show the "
+        "zero advantage in rows 1-5 (or, with row 4's penalty, a pure length signal). Its cost is visible in "
+        "'samples generated'. It cannot show the "
         "paper's wall-clock argument (fewer steps to a given accuracy on a cluster)."),
 }
 

@@ -242,7 +242,7 @@ def build(out_lines: list[str]) -> None:
       "weight per token | seq-mean-token-mean: answer share |\n|---|---|---|---|---|---|---|")
     for i in range(G):
         n = int(lengths[i])
-        w(f"| {i} | {n} | {r4(adv_dapo[i])} | {r4(w_tok[i, 0])} | {r4(w_tok[i].sum())} | {r4(w_seq[i, 0])} | "
+        w(f"| {i} | {n} | {r4(adv_dapo[i])} | {float(w_tok[i, 0]):.6f} | {r4(w_tok[i].sum())} | {float(w_seq[i, 0]):.6f} | "
           f"{r4(w_seq[i].sum())} |")
     w(f"\nTotal tokens in the loss: {int(mask.sum())}. Shares sum to {r4(w_tok.sum())} and {r4(w_seq.sum())}.\n")
 

@@ -63,6 +63,7 @@ def test_end_to_end_tiny_default(tmp_path):
     from transformers import AutoModelForCausalLM
 
     final = AutoModelForCausalLM.from_pretrained(run / "final")
+    train.load_tokenizer(str(run / "final"))  # raises unless the saved tokenizer round-trips text
     base, _ = train.load_policy("", torch.device("cpu"))
     diff = max((a - b).abs().max().item() for a, b in zip(final.parameters(), base.parameters()))
     assert diff > 0, "two DAPO steps left the weights unchanged"
