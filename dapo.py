@@ -433,33 +433,46 @@ def truncated_importance_weight(
 
 
 class _ChunkedTokenLogprob(torch.autograd.Function):
-    """log_softmax(logits / temperature)[token], forward and backward chunked over rows.
+    """log_softmax(logits / temperature)[token] and the entropy, chunked over rows.
 
     Autograd through a plain chunked log_softmax would save every chunk's (rows, V) fp32 output
-    for backward, i.e. the full fp32 tensor again. Here backward recomputes the softmax of each
-    chunk: d logp / d logits = (onehot(token) - softmax) / temperature.
+    for backward, i.e. the full fp32 tensor again. Here each chunk works in ONE (rows, V) fp32
+    buffer, updated in place, and backward recomputes the softmax of each chunk:
+    d logp / d logits = (onehot(token) - softmax) / temperature. Peak memory beside the logits
+    (and their gradient) is one chunk (bench/bench_logprob_memory.py).
     """
 
     @staticmethod
     def forward(ctx, logits, tokens, temperature, chunk_size):  # logits (N, V), tokens (N,)
-        logp = torch.empty(logits.shape[0], dtype=torch.float32, device=logits.device)  # (N,)
-        for s in range(0, logits.shape[0], chunk_size):
-            z = logits[s : s + chunk_size].float() / temperature  # (n, V) fp32, the one extra tensor
-            logp[s : s + chunk_size] = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1) - torch.logsumexp(z, 1)
+        N = logits.shape[0]
+        logp = torch.empty(N, dtype=torch.float32, device=logits.device)  # (N,)
+        entropy = torch.empty(N, dtype=torch.float32, device=logits.device)  # (N,)
+        for s in range(0, N, chunk_size):
+            z = logits[s : s + chunk_size].to(torch.float32, copy=True).div_(temperature)  # (n, V) the buffer
+            z.sub_(z.amax(dim=1, keepdim=True))  # (n, V) shifted logits z' (max 0): exp cannot overflow
+            picked = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1)  # (n,) z' of the sampled token
+            z.exp_()  # (n, V) e = exp(z')
+            sum_e = z.sum(dim=1)  # (n,)
+            lse = sum_e.log()  # (n,) logsumexp(z')
+            logp[s : s + chunk_size] = picked - lse
+            # H = -sum p log p = lse - sum(e z') / sum(e), and e z' = e log e (xlogy: 0 where e = 0)
+            entropy[s : s + chunk_size] = lse - torch.special.xlogy(z, z, out=z).sum(dim=1) / sum_e
         ctx.save_for_backward(logits, tokens)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
-        return logp
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
 
     @staticmethod
-    def backward(ctx, grad_logp):  # grad_logp (N,)
+    def backward(ctx, grad_logp, _grad_entropy):  # grad_logp (N,)
         logits, tokens = ctx.saved_tensors
         grad = torch.empty_like(logits)  # (N, V), dtype of logits
         for s in range(0, logits.shape[0], ctx.chunk_size):
-            z = logits[s : s + ctx.chunk_size].float() / ctx.temperature  # (n, V)
-            g = -torch.softmax(z, dim=1)  # (n, V)
-            g.scatter_add_(1, tokens[s : s + ctx.chunk_size, None], torch.ones_like(g[:, :1]))
-            g *= grad_logp[s : s + ctx.chunk_size, None] / ctx.temperature
-            grad[s : s + ctx.chunk_size] = g.to(grad.dtype)
+            g = logits[s : s + ctx.chunk_size].to(torch.float32, copy=True).div_(ctx.temperature)  # (n, V)
+            g.sub_(g.amax(dim=1, keepdim=True)).exp_()  # (n, V) unnormalised softmax
+            g.div_(g.sum(dim=1, keepdim=True)).neg_()  # (n, V) -softmax
+            g.scatter_add_(1, tokens[s : s + ctx.chunk_size, None], torch.ones_like(g[:, :1]))  # onehot - softmax
+            g.mul_(grad_logp[s : s + ctx.chunk_size, None] / ctx.temperature)
+            grad[s : s + ctx.chunk_size] = g
         return grad, None, None, None
 
 
@@ -499,12 +512,5 @@ def token_logprobs(
     B, T, V = logits.shape
     flat = logits.reshape(B * T, V)  # (N, V), a view
     flat_tokens = tokens.reshape(B * T)  # (N,)
-    logp = _ChunkedTokenLogprob.apply(flat, flat_tokens, float(temperature), int(chunk_size))  # (N,)
-    with torch.no_grad():
-        entropy = torch.empty(B * T, dtype=torch.float32, device=logits.device)  # (N,)
-        for s in range(0, B * T, chunk_size):
-            z = flat[s : s + chunk_size].float() / temperature  # (n, V)
-            # H = -sum_v p_v log p_v; xlogy gives 0 where p_v = 0 (a -inf logit), not 0 * -inf = NaN
-            p = torch.softmax(z, dim=1)  # (n, V)
-            entropy[s : s + chunk_size] = -torch.special.xlogy(p, p).sum(dim=1)
+    logp, entropy = _ChunkedTokenLogprob.apply(flat, flat_tokens, float(temperature), int(chunk_size))  # (N,), (N,)
     return logp.view(B, T), entropy.view(B, T)

@@ -110,6 +110,9 @@ class HFEngine(Engine):
     seeded = True
 
     def __init__(self, model, tokenizer, *, max_batch: int = 256, return_logprobs: bool = True, synced_gpus: bool = False):
+        """return_logprobs: keep the sampler's log-prob of each token (HF then holds the (N, V)
+        processed logits of every step until the batch ends: turn off for long answers and large
+        vocabularies)."""
         super().__init__()
         import transformers
 
@@ -159,8 +162,10 @@ class HFEngine(Engine):
         new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
         if self.return_logprobs:
             # scores are the processed logits (after temperature and top-p): the sampler's distribution.
-            steps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in gen.scores], 1).cpu()  # (N, t, V)
-            lp = steps.gather(2, new[:, :, None]).squeeze(2)  # (N, t)
+            # One step at a time, so no (N, t, V) tensor is built beside the scores themselves.
+            tok = gen.sequences[:, P:]  # (N, t) on the model's device
+            lp = torch.stack([torch.log_softmax(sc.float(), dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)
+                              for j, sc in enumerate(gen.scores)], 1).cpu()  # (N, t)
         stop = torch.tensor(self.stop_ids)
         samples = []
         for i in range(new.shape[0]):

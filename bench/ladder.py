@@ -11,8 +11,10 @@ cumulative, not a factorial study). For every row and seed the script runs
 
     python train.py --preset ROW --seed S --steps N --run_dir OUT/ROW/sS [common flags] [-- extra flags]
 
-in a subprocess (a fresh process per run: no state leaks between rows), then reads the run's
-summary.json and metrics.jsonl and writes OUT/ladder.md and OUT/ladder.json:
+in a subprocess (a fresh process per run: no state leaks between rows), from a copy of the code
+frozen in OUT/.code/HASH when the ladder starts (others may edit the working tree meanwhile; a finished
+run is reused only for the same config and HASH), then reads the run's summary.json and metrics.jsonl
+and writes OUT/ladder.md and OUT/ladder.json:
 
   held-out avg@k   summary.json "heldout_after/avg@K": mean over seeds with a 95% Student-t interval
                    across seeds (mean +- t_{0.975, n-1} * s / sqrt(n), s the n-1 std); before-training
@@ -32,6 +34,11 @@ Common flags on the tiny task (same for every row, so they are not part of any r
       Buffer 6 puts lengths 29-34 in the soft punishment zone (row 4): 42% of correct answers
       (lengths 30, 32, 33) and the rambling wrong ones. The ceiling this puts on held-out accuracy
       (about 0.83) is the same for every row. train.py's own default (48/8) truncates nothing.
+      The cost of this choice: a zone over 42% of the right answers lets the soft punishment outweigh
+      correctness (a short wrong answer beats a long wrong one, and a long right one earns as little as
+      +0.17; WALKTHROUGH.md sections 5 and 7), which the paper's zone, above most right answers, does
+      not. --max_response_len 36 --overlong_buffer 2 is the paper-like alternative (zone 35-36: 5% of
+      right answers; 3.2% truncated).
   --gen_prompts_per_round 16 (= prompts_per_step). train.py generates 24 prompts per round; rows
       without dynamic sampling train on the first 16 groups and throw 8 away. Generating 16 makes
       "samples generated" the real cost of each row: rows 1-5 generate exactly what they train on,
@@ -48,10 +55,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -124,6 +133,44 @@ TINY_DEFAULTS = dict(steps=20, max_response_len=34, overlong_buffer=6, gen_promp
                      eval_limit=128, probe_every=0)
 LADDER_FLAGS = ("steps", "max_response_len", "overlong_buffer", "gen_prompts_per_round", "eval_limit", "eval_k",
                 "probe_every", "model", "data", "eval_data")
+
+
+def code_files() -> list[Path]:
+    """What decides what a run computes: the repository's top-level modules and the tiny base policy."""
+    assets = REPO / "assets" / "tiny-base"
+    return sorted(REPO.glob("*.py")) + (sorted(f for f in assets.iterdir() if f.is_file()) if assets.is_dir() else [])
+
+
+def snapshot_code(out: Path) -> tuple[Path, str]:
+    """Copy the code into OUT/.code/HASH once and return (that directory, HASH).
+
+    Every run of the ladder executes this frozen copy (train.py finds its modules and assets/tiny-base
+    next to itself), so edits to the working tree while a ladder runs cannot mix code versions
+    between rows; HASH (sha256 of names and bytes, 16 hex) goes into ladder.md and decides reuse.
+    """
+    blobs = [(f.relative_to(REPO).as_posix(), f.read_bytes()) for f in code_files()]
+    h = hashlib.sha256()
+    for name, data in blobs:
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    digest = h.hexdigest()[:16]
+    dest = out / ".code" / digest
+    if not (dest / "train.py").exists():
+        tmp = out / ".code" / f"{digest}.tmp{os.getpid()}"
+        for name, data in blobs:
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+        if dest.exists():
+            shutil.rmtree(dest)
+        os.replace(tmp, dest)
+    return dest, digest
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
 
 
 # --- statistics -----------------------------------------------------------------------------------------
@@ -229,7 +276,7 @@ def run_one(row: str, seed: int, args, extra: list[str]) -> dict:
     meta_path = run_dir / "ladder_run.json"
     if not args.force and meta_path.exists() and (run_dir / "summary.json").exists():
         meta = json.loads(meta_path.read_text())
-        if meta.get("config") == want:
+        if meta.get("config") == want and meta.get("code_hash") == args.code_hash:
             print(f"[ladder] reuse {row} seed {seed} ({run_dir})", flush=True)
             return collect(row, seed, run_dir, meta["wall_s"], args.last)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -237,13 +284,14 @@ def run_one(row: str, seed: int, args, extra: list[str]) -> dict:
     print(f"[ladder] run   {row} seed {seed}: python train.py {' '.join(argv)}", flush=True)
     t0 = time.perf_counter()
     with open(run_dir / "train.log", "w") as log:
-        proc = subprocess.run([sys.executable, str(REPO / "train.py"), *argv], cwd=REPO, env=env, stdout=log,
+        proc = subprocess.run([sys.executable, str(args.code_dir / "train.py"), *argv], cwd=REPO, env=env, stdout=log,
                               stderr=subprocess.STDOUT)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = (run_dir / "train.log").read_text()[-3000:]
         raise RuntimeError(f"{row} seed {seed} failed (exit {proc.returncode}); log {run_dir / 'train.log'}:\n{tail}")
-    meta_path.write_text(json.dumps({"argv": argv, "config": want, "wall_s": round(wall, 1)}, indent=1) + "\n")
+    meta_path.write_text(json.dumps({"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash},
+                                    indent=1) + "\n")
     print(f"[ladder] done  {row} seed {seed} in {wall:.0f} s", flush=True)
     return collect(row, seed, run_dir, round(wall, 1), args.last)
 
@@ -306,6 +354,9 @@ def render(rows: list[dict], args, extra: list[str], command: str) -> str:
          f"{args.steps if args.steps is not None else 'preset'}; common flags: "
          + ", ".join(f"--{k_} {getattr(args, k_)}" for k_ in LADDER_FLAGS if getattr(args, k_) is not None)
          + (f"; extra train flags: `{' '.join(extra)}`" if extra else "") + ".",
+         f"Code: git commit {args.git_commit} working tree, frozen as source hash {args.code_hash} (the top-level "
+         "*.py files and assets/tiny-base, copied to OUT/.code/ before the first run; every run of this table "
+         "executed that copy).",
          f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s) visible, Python {platform.python_version()}; "
          "wall times depend on the load of the machine.", "",
          "**Scale and task differ from the paper**: the paper's column is AIME 2024 avg@32 of Qwen2.5-32B after "
@@ -322,7 +373,8 @@ def render(rows: list[dict], args, extra: list[str], command: str) -> str:
                  f"{r['samples_generated']:.0f} | {r['samples_trained']:.0f} | {r['wall_s']:.0f} | "
                  f"{_f(r['truncated_frac_last'])} | {_f(r['entropy_last'])} | {_f(r['clipfrac_high_last'], 4)} | "
                  f"{_f(r['kept_frac_mean'], 2)} |")
-    L += ["", f"Interval: Student-t over seeds, mean +- t(0.975, n-1) s / sqrt(n) (n/a with one seed). "
+    L += ["", f"Interval: Student-t over seeds, mean +- t(0.975, n-1) s / sqrt(n) (n/a with one seed; not clipped to "
+          "[0, 1], so a bound below 0 means the seeds disagree wildly). "
           f"Per-seed values are in ladder.json. Last-steps columns average the last {args.last} rollout steps "
           "(truncation: length/truncated_frac of the training rollouts; entropy: policy/entropy, true entropy "
           "per response token, nats). Samples: sums over the run of envelope/samples_generated and "
@@ -360,6 +412,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ap.add_argument("--jobs", type=int, default=1, help="runs at once (each one CPU thread)")
     ap.add_argument("--force", action="store_true", help="rerun runs whose finished output with the same config exists")
     args = ap.parse_args(ladder_argv)
+    args.out = str(Path(args.out).resolve())  # runs start in the repository root, whatever the caller's directory
     if args.preset_base == "tiny":
         for k, v in TINY_DEFAULTS.items():
             if getattr(args, k) is None:
@@ -373,6 +426,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     argv = sys.argv[1:] if argv is None else argv
     args, extra = parse(argv)
     rows = select_rows(args.rows)
+    args.code_dir, args.code_hash = snapshot_code(Path(args.out))
+    args.git_commit = git_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
         if row != ladder_rows()[0] and len(preset_diff(row)) != 1:
             raise ValueError(f"preset {row} changes {sorted(preset_diff(row))} against the row above; a ladder row must "
@@ -384,7 +439,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(args.out)
     command = "python bench/ladder.py " + " ".join(argv)
     (out / "ladder.md").write_text(render(table, args, extra, command.strip()))
-    (out / "ladder.json").write_text(json.dumps({"command": command.strip(), "args": vars(args), "extra_train_flags": extra,
+    (out / "ladder.json").write_text(json.dumps({"command": command.strip(), "args": {**vars(args), "code_dir": str(args.code_dir)}, "extra_train_flags": extra,
                                                  "ci": "Student-t over seeds, 95%", "rows": table, "runs": records},
                                                 indent=1) + "\n")
     print((out / "ladder.md").read_text())
