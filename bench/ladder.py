@@ -39,10 +39,10 @@ Common flags on the tiny task (same for every row, so they are not part of any r
       +0.17; WALKTHROUGH.md sections 5 and 7), which the paper's zone, above most right answers, does
       not. --max_response_len 36 --overlong_buffer 2 is the paper-like alternative (zone 35-36: 5% of
       right answers; 3.2% truncated).
-  --gen_prompts_per_round 16 (= prompts_per_step). train.py generates 24 prompts per round; rows
-      without dynamic sampling train on the first 16 groups and throw 8 away. Generating 16 makes
-      "samples generated" the real cost of each row: rows 1-5 generate exactly what they train on,
-      row 6 generates as many rounds as dynamic sampling needs (at most max_gen_rounds = 4).
+  --gen_prompts_per_round 16 (= prompts_per_step). Rows 1-5 generate exactly what they train on
+      (train.py before commit 2bb8a9c generated 24 and threw 8 away even without dynamic sampling);
+      row 6 generates rounds of the same size until dynamic sampling has kept 16 groups (at most
+      max_gen_rounds = 4), so "samples generated" is each row's real rollout cost.
   --eval_limit 128 (held-out problems, k = 4 samples each), --probe_every 0 (no probe set: saves
       time, changes no update).
 
@@ -122,7 +122,7 @@ ROW_NOTES = {
     "ladder-6-dapo": (
         "Dynamic sampling: groups whose answers are all right or all wrong are dropped and more are "
         "generated until 16 mixed groups are kept. It is the row most likely to show at this scale: "
-        "the base policy is right about a quarter of the time, so many groups are all-wrong and give "
+        "the base policy is right only part of the time (27-40% held-out), so many groups are all-wrong and give "
         "zero advantage in rows 1-5 (or, with row 4's penalty, a pure length signal). Its cost is visible in "
         "'samples generated'. It cannot show the "
         "paper's wall-clock argument (fewer steps to a given accuracy on a cluster)."),

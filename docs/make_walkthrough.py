@@ -147,7 +147,7 @@ def build(out_lines: list[str]) -> None:
     w(f"| mixed, but without the truncated / in-buffer answers or the length spread wanted here | "
       f"{tried['mixed']} | keep it |\n")
     w("The all-wrong and all-right groups are what dynamic sampling (section 4) removes: with the base policy "
-      "right about a quarter of the time they are common, and under GRPO each one is a group of G answers that "
+      "right only part of the time they are common, and under GRPO each one is a group of G answers that "
       "costs a forward and backward pass and moves nothing.\n")
 
     # --- 1. prompt and rollouts ------------------------------------------------------------------------------
