@@ -130,6 +130,18 @@ def build_model(vocab_size: int, seed: int = 0):
     return Qwen2ForCausalLM(cfg)
 
 
+def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
+    """Save a plain tokenizers-library tokenizer and mark its class as PreTrainedTokenizerFast.
+
+    transformers 5 records "TokenizersBackend", and AutoTokenizer on a qwen2 folder would then
+    rebuild it as Qwen's own and mangle text (ENGINES.md); train.load_tokenizer reads this mark
+    and loads it as saved.
+    """
+    tokenizer.save_pretrained(out_dir)
+    tc = Path(out_dir) / "tokenizer_config.json"
+    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
+
+
 # --- plumbing: supervised warm-up --------------------------------------------------------------------
 
 
@@ -169,10 +181,7 @@ def build_base(out_dir: Path, *, steps: int, seed: int = 0, batch_size: int = 64
             print(f"sft step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir, safe_serialization=True)
-    tok.save_pretrained(out_dir)
-    # Mark the tokenizer as a plain fast tokenizer so train.load_policy loads it as saved.
-    tc = out_dir / "tokenizer_config.json"
-    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
+    save_plain_tokenizer(tok, out_dir)
     summary = {"task_version": TASK_VERSION, "sft_steps": steps, "seed": seed, "batch_size": batch_size,
                "lr": lr, "seconds": round(time.time() - t0, 1), "final_sft_loss": round(loss.item(), 4)}
     (out_dir / "build.json").write_text(json.dumps(summary, indent=2) + "\n")

@@ -551,11 +551,12 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
         state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
-        tokenizer.save_pretrained(out)
         if getattr(tokenizer, "dapo_plain_fast", False):
-            # transformers 5 records "TokenizersBackend"; keep the class load_policy needs to load it as saved
-            tc = out / "tokenizer_config.json"
-            tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
+            import tiny
+
+            tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
+        else:
+            tokenizer.save_pretrained(out)
         (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
 
 
@@ -718,6 +719,13 @@ class Batch:
 
 
 def build_batch(groups: list[Group], cfg: Config) -> Batch:
+    """Flatten kept groups into the training batch: advantages and the per-response loss mask.
+
+    Paper eq. 9 (group advantage, computed per group before any split across ranks) and section
+    3.4 (overlong filtering zeroes a truncated response's row; it still counts in its group's
+    mean and std). Returns a Batch with advantages (B,) float32 and mask_rows (B,) in {0, 1},
+    B = len(groups) * G.
+    """
     rewards = torch.cat([g.reward for g in groups])  # (B,)
     adv = dapo.group_advantages(rewards, cfg.group_size, scale_by_std=cfg.scale_adv_by_std)  # (B,)
     truncated = torch.tensor([s.truncated for g in groups for s in g.samples])  # (B,)
