@@ -19,7 +19,6 @@ import copy
 import os
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -85,7 +84,7 @@ def trainer_logprobs(model, prompts_, samples, temperature):
         group_index=torch.zeros(len(flat), dtype=torch.long), sampler_logp=[s.logprobs for _, s in flat],
     )
     ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(len(flat))), pad_id=0, device="cpu")
-    cfg = SimpleNamespace(temperature=temperature, logprob_chunk=1024)
+    cfg = train.Config(temperature=temperature)  # the trainer's defaults (shared prompt pass included)
     with torch.no_grad():
         logp, _ = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (B, T)
     return [logp[i, : len(s.token_ids)].tolist() for i, (_, s) in enumerate(flat)]
