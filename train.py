@@ -1373,7 +1373,19 @@ def train(cfg: Config) -> dict:
             print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
         return out
 
+    def log_scalars(scalars: dict, step: int) -> None:
+        """Numbers to TensorBoard and W&B when asked for (rank 0); the files get them regardless."""
+        nums = {k: v for k, v in _clean(scalars).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        if tb:
+            for k, v in nums.items():
+                tb.add_scalar(k, v, step)
+        if wb:
+            wb.log(nums, step=step)
+
     before = state.get("heldout_before") or held_out("before")
+    if "heldout_before" not in state:
+        log_scalars(before, start)  # held-out curves: "before" at step 0, "after" at step --steps
     state["heldout_before"] = before
     from tqdm import tqdm
 
@@ -1425,12 +1437,7 @@ def train(cfg: Config) -> dict:
             writer.write(records)
             metrics_f.write(json.dumps(_clean(stats)) + "\n")
             metrics_f.flush()
-            if tb:
-                for k, v in _clean(stats).items():
-                    if isinstance(v, (int, float)) and k != "step":
-                        tb.add_scalar(k, v, step)
-            if wb:
-                wb.log(_clean(stats), step=step)
+            log_scalars(stats, step)
             if step % cfg.log_every == 0 and "train/reward_mean" in stats:
                 bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
                                 kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
@@ -1455,6 +1462,7 @@ def train(cfg: Config) -> dict:
             return {"run_id": run_id, "interrupted_after_step": step}
     stop.restore()
     after = held_out("after")
+    log_scalars(after, cfg.steps)
     summary = {"run_id": run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - t_run, 1), **before,
                **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
     save_hf(model, tokenizer, run_dir / "final", dist, {"run_id": run_id, "config": dataclasses.asdict(cfg),
