@@ -1200,7 +1200,8 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, cfg: Config) -> dic
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     trainer = json.loads((path / "trainer_state.json").read_text())
-    saved = trainer["config"]
+    # a field added to Config after the checkpoint was written counts as its default
+    saved = {**dataclasses.asdict(Config()), **trainer["config"]}
     diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
             if k not in RESUME_FREE_FIELDS and saved.get(k) != v}
     if diff and not cfg.resume_allow_config_change:
