@@ -542,7 +542,7 @@ def engine_max_len(model_dir: str, wanted: int) -> int:
 
 
 def set_activation_checkpointing(model, on: bool) -> None:
-    """Turn HF activation checkpointing on or off (non-reentrant); transformers 5.2x renamed the
+    """Turn HF activation checkpointing on or off (non-reentrant); transformers 5.24 renamed the
     methods from gradient_checkpointing_* to activation_checkpointing_*."""
     if hasattr(model, "activation_checkpointing_enable"):
         if on:
@@ -806,17 +806,18 @@ def forward_logprobs(model, ids, attn, pos, resp, cfg: Config):
 
     ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). With --share_prompt_forward
     (default) rows that share a prompt (the G responses of a group) share one pass over it: see
-    shared_prompt_logits. Same values up to float rounding (tests/test_train.py); the plain pass
-    is used when sharing is off, when every row has its own prompt, or under activation
-    checkpointing (which turns the KV cache off).
+    shared_prompt_logprobs. Same values up to float rounding (tests/test_train.py); the plain
+    pass is used when sharing is off, when every row has its own prompt, under activation
+    checkpointing (which turns the KV cache off), and for models with sliding-window or chunked
+    attention layers (whose caches may drop old keys).
     """
     T = resp.shape[1]
     P = ids.shape[1] - T
-    # transformers >= 5.2x names it is_activation_checkpointing (is_gradient_checkpointing warns)
+    # transformers 5.24 names it is_activation_checkpointing (is_gradient_checkpointing warns)
     checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
                                             if hasattr(type(model), "is_activation_checkpointing")
                                             else getattr(model, "is_gradient_checkpointing", False))
-    if cfg.share_prompt_forward and T >= 2 and not checkpointing:
+    if cfg.share_prompt_forward and T >= 2 and not checkpointing and _full_attention_only(model):
         # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
         # maps each of the b rows to its prompt among the u unique ones
         key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
@@ -828,6 +829,15 @@ def forward_logprobs(model, ids, attn, pos, resp, cfg: Config):
     # Only the T positions that predict response tokens need logits (plus the last, dropped).
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
     return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+
+
+def _full_attention_only(model) -> bool:
+    """True unless the model's config declares sliding-window or chunked attention layers."""
+    c = model.config
+    kinds = getattr(c, "layer_types", None)
+    if kinds:
+        return all(k == "full_attention" for k in kinds)
+    return getattr(c, "sliding_window", None) is None and getattr(c, "attention_chunk_size", None) is None
 
 
 def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg: Config):
@@ -855,7 +865,7 @@ def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg: Config)
     """
     T = resp.shape[1]
     P = ids.shape[1] - T
-    # the KV cache argument and output are `past_key_values` up to transformers 5.2x, then `cache`
+    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
     cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
     head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
                  logits_to_keep=1)  # logits (u, 1, V)

@@ -306,3 +306,22 @@ def test_tensorboard_event_file_holds_the_metrics(tmp_path):
     assert [s for s, _ in got] == [0, 1]
     for (step, value), m in zip(got, metrics):
         assert math.isclose(value, m["train/reward_mean"], rel_tol=1e-6, abs_tol=1e-7)
+
+
+def test_sliding_window_models_take_the_plain_pass(tiny):
+    """A sliding-window cache may drop prompt keys, so such models never share the prompt pass:
+    the log-probs equal the plain pass's exactly."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    model0, tok = tiny
+    conf = Qwen2Config(**{**model0.config.to_dict(), "use_sliding_window": True, "sliding_window": 4,
+                          "max_window_layers": 0, "layer_types": ["sliding_attention"] * 3})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(conf).eval()
+    assert not train._full_attention_only(model) and train._full_attention_only(model0)
+    batch = _random_batch(tok, n_groups=2, G=4, seed=5)
+    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
+    with torch.no_grad():
+        a, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
+        b, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
+    assert torch.equal(a * mask, b * mask)
