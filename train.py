@@ -1426,7 +1426,9 @@ def train(cfg: Config) -> dict:
             update_policy(model, optimizer, batch, cfg, dist, device, pad_id, stats)
             all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
             state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
-        scheduler.step()
+        with warnings.catch_warnings():  # the schedule counts rollout steps, also one whose updates were skipped
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+            scheduler.step()
         # 7. hand the new weights to the engine: rollouts of the next step carry version step + 1
         engine.wake()
         stats["time/weight_sync"] = sync_engine(engine, model, step + 1, dist)
