@@ -458,6 +458,9 @@ def resolve_data(spec: str) -> str:
     for name in (spec, f"{spec}.jsonl", f"{spec}.parquet"):
         if (SHARED_DATA / name).exists():
             return str(SHARED_DATA / name)
+    if not SHARED_DATA.is_dir():
+        raise FileNotFoundError(f"--data {spec!r}: no such file, and no shared dataset folder {SHARED_DATA} to look it up "
+                                "in; pass 'tiny' or the path of a .jsonl/.parquet file (README \"Data\")")
     known = sorted(p.stem for p in SHARED_DATA.iterdir() if p.suffix in (".jsonl", ".parquet"))
     raise FileNotFoundError(f"--data {spec!r} is not 'tiny', a file, or a set in {SHARED_DATA} ({', '.join(known)})")
 
@@ -1183,8 +1186,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     model_dir = resolve_model(ecfg.model)
     cfg, source = checkpoint_config(model_dir, ecfg)
     dist, device = train.init_distributed(cfg)  # torchrun: one process per device, problems split by `shard`
+    problems, info = load_eval_set(ecfg.data, cfg, ecfg.limit)  # before the model: a bad --data fails fast
     engine, tokenizer = make_engine(ecfg.engine, model_dir, cfg, ecfg.seed, device)
-    problems, info = load_eval_set(ecfg.data, cfg, ecfg.limit)
     res = evaluate(engine, tokenizer, problems, cfg, seed=ecfg.seed, build_prompt=train.build_prompt, greedy=ecfg.greedy,
                    n_boot=ecfg.n_boot, ci_level=ecfg.ci_level, rank=dist.rank, world=dist.world)
     res["settings"].update(config_source=source, **info)

@@ -207,7 +207,8 @@ PRESETS: dict[str, dict] = {
 
 def parse_config(argv: list[str] | None = None) -> Config:
     """Config from presets plus command-line flags; every field is a flag with its help."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
     for f in dataclasses.fields(Config):
         text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %

@@ -270,6 +270,14 @@ def test_aime_parquet_has_30_problems_with_32_rows_each():
         ev.resolve_data("no-such-set")
 
 
+def test_missing_data_without_the_shared_folder_names_the_fix(tmp_path, monkeypatch):
+    """A clone without ../shared/data: a missing --data gets a message, not a listing crash."""
+    monkeypatch.setattr(ev, "SHARED_DATA", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="pass 'tiny' or the path of a .jsonl/.parquet file"):
+        ev.resolve_data(str(tmp_path / "missing.jsonl"))
+    assert ev.resolve_data("tiny") == "tiny"
+
+
 def test_checkpoint_config_is_used_and_flags_override(tmp_path):
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
