@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
 import platform
@@ -30,6 +29,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from common import machine_line, title_line
 
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/work/bench-scratch/dynamic_sampling")
@@ -76,11 +77,9 @@ def main() -> None:
     SCRATCH.mkdir(parents=True, exist_ok=True)
     import torch
 
-    load = os.getloadavg()
     reuse = has_reuse_flag()
-    print(f"# bench_dynamic_sampling  {datetime.datetime.now():%Y-%m-%d %H:%M}")
-    print(f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"OMP_NUM_THREADS=1; python {platform.python_version()}, torch {torch.__version__}")
+    print(title_line("bench_dynamic_sampling"))
+    print(machine_line(f"; python {platform.python_version()}, torch {torch.__version__}"))
     sys.path.insert(0, str(REPO))
     import train
 

@@ -16,7 +16,6 @@ apart. If vLLM cannot be imported there, its row says "vLLM not installed" and H
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -25,6 +24,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common import machine_line, title_line
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -92,11 +93,9 @@ def main() -> None:
     import torch
     import transformers
 
-    load = os.getloadavg()
-    print(f"# bench_generation  {datetime.datetime.now():%Y-%m-%d %H:%M}")
-    print(f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-          f"OMP_NUM_THREADS=1; HF side: python {platform.python_version()}, torch {torch.__version__}, "
-          f"transformers {transformers.__version__}; vLLM side: {args.vllm_python}")
+    print(title_line("bench_generation"))
+    print(machine_line(f"; HF side: python {platform.python_version()}, torch {torch.__version__}, "
+                       f"transformers {transformers.__version__}; vLLM side: {args.vllm_python}"))
     print(f"# settings: assets/tiny-base fp32, {args.prompts} prompts x G={args.G} = {args.prompts * args.G} sequences per call, "
           f"<= {args.max_new} new tokens, T=1.0 top_p=1.0, logprobs on; 1 warm-up + {args.calls} timed calls per process, "
           f"{args.repeats} processes per engine alternating", flush=True)

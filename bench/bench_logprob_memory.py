@@ -32,7 +32,6 @@ itself one logits-sized tensor, so 1.0x is the floor for any routine that return
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
@@ -44,6 +43,8 @@ import threading
 import time
 from pathlib import Path
 
+from common import machine_line, title_line
+
 REPO = Path(__file__).resolve().parents[1]
 CHECK_ROWS = 64
 
@@ -51,11 +52,9 @@ CHECK_ROWS = 64
 def header(args) -> str:
     import torch
 
-    load = os.getloadavg()
     return "\n".join([
-        f"# bench_logprob_memory  {datetime.datetime.now():%Y-%m-%d %H:%M}",
-        (f"# machine: {platform.machine()} {os.cpu_count()} cores, load avg {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, "
-         f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, torch threads {torch.get_num_threads()}"),
+        title_line("bench_logprob_memory"),
+        machine_line(f", torch threads {torch.get_num_threads()}"),
         f"# versions: python {platform.python_version()}, torch {torch.__version__}",
         (f"# settings: B={args.B} T={args.T} V={args.vocab} fp32 logits, chunk_size(ours)={args.chunk}, "
          f"repeats={args.repeats}, one fresh subprocess per case"),

@@ -39,10 +39,8 @@ progress bar that train.train iterates (tqdm) with one that stops when the budge
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -51,6 +49,8 @@ import time
 from itertools import pairwise
 from pathlib import Path
 from typing import ClassVar
+
+from common import machine_line, title_line
 
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/work/bench-scratch/trl")
@@ -88,11 +88,9 @@ def default_lr() -> float:
 
 
 def header(name: str, args, trl_py: str, ours_py: str) -> str:
-    load = os.getloadavg()
     return "\n".join([
-        f"# bench_trl {name}  {datetime.datetime.now():%Y-%m-%d %H:%M}",
-        (f"# machine: {platform.machine()} {os.cpu_count()} cores (shared), load avg {load[0]:.2f} {load[1]:.2f} "
-         f"{load[2]:.2f}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')} (each side 1 torch thread)"),
+        title_line(f"bench_trl {name}"),
+        machine_line(" (each side 1 torch thread)"),
         f"# ours: {ours_py}: {versions(ours_py)}",
         f"# TRL:  {trl_py}: {versions(trl_py)}",
     ])
