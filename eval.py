@@ -92,7 +92,7 @@ class EvalConfig:
     limit: int = train.F(0, "evaluate the first N distinct problems (0 = all)")
     seed: int = train.F(0, "seeds the sampler (per rank, see rank_seed) and the bootstrap")
     greedy: bool = train.F(True, "also decode greedily (temperature 0) for greedy_pass@1")
-    engine: str = train.F("auto", "auto | hf | vllm; auto = vllm when `import vllm` works and rollout has VLLMEngine")
+    engine: str = train.F("auto", "auto | hf | vllm; auto = vllm when `import vllm` works, else hf")
     device: str = train.F("auto", "auto | cpu | cuda (hf engine)")
     trust_remote_code: bool = train.F(False, "run model code from the model directory (never taken from a saved config)")
     n_boot: int = train.F(2000, "bootstrap resamples of the problems for each interval")
@@ -482,7 +482,7 @@ def load_eval_set(spec: str, cfg: train.Config, limit: int = 0) -> tuple[list, d
 def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, device):
     """(engine, tokenizer) for --engine auto | hf | vllm.
 
-    auto picks vLLM when `import vllm` works and rollout.py has a VLLMEngine, else transformers.
+    auto picks vLLM when `import vllm` works, else transformers.
     vLLM holds prompt + response budget tokens, capped at the model's position limit.
     """
     if choice not in ("auto", "hf", "vllm"):
@@ -490,11 +490,11 @@ def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, devi
     try:
         import vllm  # noqa: F401
 
-        has_vllm = hasattr(rollout, "VLLMEngine")
+        has_vllm = True
     except ImportError:
         has_vllm = False
     if choice == "vllm" and not has_vllm:
-        raise RuntimeError("--engine vllm: `import vllm` failed or rollout.py has no VLLMEngine; use --engine hf")
+        raise RuntimeError("--engine vllm: `import vllm` failed (README \"Install\"); use --engine hf")
     if choice == "vllm" or (choice == "auto" and has_vllm):
         tokenizer = train.load_tokenizer(str(model_dir), trust_remote_code=cfg.trust_remote_code)
         max_len = train.engine_max_len(str(model_dir), cfg.max_prompt_len + cfg.max_response_len)
@@ -1032,7 +1032,11 @@ def length_correctness(rollouts: list[dict], budget: int) -> list[list]:
 
 
 def age_bucket(age: int) -> tuple[int, str]:
-    """(sort key, label) of a rollout age: 0, 1, 2-3, 4-7, ... (powers of two, any staleness)."""
+    """(sort key, label) of a rollout age in steps: 0, 1, 2-3, 4-7, ... (powers of two, any staleness).
+
+    Raises:
+        ValueError: age < 0 (a rollout trained on before it was generated: broken version records).
+    """
     if age < 0:
         raise ValueError(f"rollout age {age} < 0: learner_version < policy_version means a rollout was trained on before it existed")
     if age == 0:
@@ -1139,7 +1143,12 @@ def render_run_report(runs: list[dict], names: list[str], findings: list[list[Fi
 
 
 def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dict:
-    """Plots, report.md and diagnosis.json for one run or two (overlaid). Returns {"out", "plots", "notes", "findings"}."""
+    """Plots, report.md and diagnosis.json for one run or two (overlaid). Returns {"out", "plots", "notes", "findings"}.
+
+    Raises:
+        ValueError: not one or two run directories.
+        FileNotFoundError: a directory without metrics.jsonl (load_run).
+    """
     if not 1 <= len(run_dirs) <= 2:
         raise ValueError(f"report takes one or two run directories, got {len(run_dirs)}")
     runs = [load_run(d) for d in run_dirs]
@@ -1155,6 +1164,7 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
 
 
 def report_main(argv: list[str]) -> dict:
+    """`python eval.py report RUN_DIR [RUN_DIR2] [--out DIR]`: run_report, then print notes and the diagnosis."""
     ap = argparse.ArgumentParser(prog="eval.py report", description="Plots, report.md and a diagnosis of one training run, "
                                  "or two overlaid (an ablation).")
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a train.py --run_dir; a second one is overlaid on the first")

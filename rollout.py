@@ -414,6 +414,13 @@ class VLLMEngine(Engine):
         )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        """Engine.generate through vLLM: G samples per prompt, per-request seeds, processed log-probs.
+
+        Raises:
+            ValueError: a prompt plus max_new_tokens exceeds max_model_len.
+            RuntimeError: vLLM returned outputs in another order or number than the requests, an
+                unexpected finish reason, or no log-probs.
+        """
         import copy
         from dataclasses import replace
 
@@ -583,6 +590,9 @@ def make_engine(name: str, model, tokenizer, *, model_dir: str | Path | None = N
     For "vllm" the engine is then synced to `model` (when given), so it generates from the
     trainer's weights even if they differ from the checkpoint in model_dir (e.g. after a resume).
     kwargs go to the engine's constructor (VLLMEngine needs seed and max_model_len).
+
+    Raises:
+        ValueError: an unknown name, or "vllm" without model_dir.
     """
     if name == "hf":
         return HFEngine(model, tokenizer, **kwargs)

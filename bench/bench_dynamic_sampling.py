@@ -21,7 +21,6 @@ train.py has no max_rollout_age field, the reuse row says so and only the reuse-
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import platform
@@ -36,19 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 SCRATCH = Path("/work/bench-scratch/dynamic_sampling")
 
 
-def has_reuse_flag() -> bool:
-    sys.path.insert(0, str(REPO))
-    import train
-
-    return "max_rollout_age" in {f.name for f in dataclasses.fields(train.Config)}
-
-
-def run(age: int | None, seed: int, steps: int) -> list[dict]:
+def run(age: int, seed: int, steps: int) -> list[dict]:
     run_dir = SCRATCH / f"age{age}_seed{seed}"
     subprocess.run(["rm", "-rf", str(run_dir)], check=True)
-    cmd = [sys.executable, "train.py", "--steps", str(steps), "--seed", str(seed), "--eval_data", "", "--run_dir", str(run_dir)]
-    if age is not None:
-        cmd += ["--max_rollout_age", str(age)]
+    cmd = [sys.executable, "train.py", "--steps", str(steps), "--seed", str(seed), "--eval_data", "", "--run_dir", str(run_dir),
+           "--max_rollout_age", str(age)]
     log = SCRATCH / f"age{age}_seed{seed}.log"
     with open(log, "w") as f:
         p = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=dict(os.environ, OMP_NUM_THREADS="1"), check=False)
@@ -77,7 +68,6 @@ def main() -> None:
     SCRATCH.mkdir(parents=True, exist_ok=True)
     import torch
 
-    reuse = has_reuse_flag()
     print(title_line("bench_dynamic_sampling"))
     print(machine_line(f"; python {platform.python_version()}, torch {torch.__version__}"))
     sys.path.insert(0, str(REPO))
@@ -87,7 +77,7 @@ def main() -> None:
     print(f"# settings: python train.py defaults (G={c.group_size}, {c.prompts_per_step} groups/step, {c.gen_prompts_per_round} "
           f"prompts/round, <= {c.max_gen_rounds} rounds, on_exhausted={c.on_exhausted}, lr {c.lr}), "
           f"--steps {args.steps} --eval_data '' ; seeds {args.seeds}; runs alternate reuse off/on", flush=True)
-    ages = [0, 1] if reuse else [None]
+    ages = [0, 1]
     rows: dict = {a: [] for a in ages}
     for seed in args.seeds:
         for a in ages:
@@ -99,15 +89,13 @@ def main() -> None:
                   f"train correct {s['correct']:.2f}; {s['step_s']:.1f} s/step ({s['gen_s']:.1f} s generating)", flush=True)
     print(f"{'surplus reuse':<28} {'generated/trained':>18} {'rounds/step (mean)':>19} {'s/step (median)':>16}")
     for a, ss in rows.items():
-        name = {0: "off (max_rollout_age 0)", 1: "on (max_rollout_age 1)", None: "off (no reuse flag)"}[a]
+        name = {0: "off (max_rollout_age 0)", 1: "on (max_rollout_age 1)"}[a]
         gpk = [s["gen_per_kept"] for s in ss]
         rm = [s["rounds_mean"] for s in ss]
         st = [s["step_s"] for s in ss]
         rng = lambda v: f" ({min(v):.2f}-{max(v):.2f})" if len(v) > 1 else ""
         print(f"{name:<28} {statistics.median(gpk):>11.2f}{rng(gpk):<7} {statistics.median(rm):>12.2f}{rng(rm):<7} "
               f"{statistics.median(st):>9.1f}{rng(st)}")
-    if not reuse:
-        print("on (max_rollout_age 1)       awaits --max_rollout_age in train.Config")
 
 
 if __name__ == "__main__":

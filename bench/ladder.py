@@ -70,6 +70,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+import eval as evaluation  # noqa: E402
 import train  # noqa: E402
 
 # AIME 2024 avg@32, Qwen2.5-32B base (paper Table 1), in the order of train.LADDER.
@@ -163,14 +164,6 @@ def snapshot_code(out: Path) -> tuple[Path, str]:
             shutil.rmtree(dest)
         os.replace(tmp, dest)
     return dest, digest
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 # --- statistics -----------------------------------------------------------------------------------------
@@ -354,7 +347,7 @@ def render(rows: list[dict], args, extra: list[str], command: str) -> str:
          f"{args.steps if args.steps is not None else 'preset'}; common flags: "
          + ", ".join(f"--{k_} {getattr(args, k_)}" for k_ in LADDER_FLAGS if getattr(args, k_) is not None)
          + (f"; extra train flags: `{' '.join(extra)}`" if extra else "") + ".",
-         f"Code: git commit {args.git_commit} working tree, frozen as source hash {args.code_hash} (the top-level "
+         f"Code: git commit {args.git_commit}, frozen as source hash {args.code_hash} (the top-level "
          "*.py files and assets/tiny-base, copied to OUT/.code/ before the first run; every run of this table "
          "executed that copy).",
          f"Machine: {platform.machine()}, {os.cpu_count()} CPU(s) visible, Python {platform.python_version()}; "
@@ -427,7 +420,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args, extra = parse(argv)
     rows = select_rows(args.rows)
     args.code_dir, args.code_hash = snapshot_code(Path(args.out))
-    args.git_commit = git_commit()
+    args.git_commit = evaluation.repo_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
         if row != ladder_rows()[0] and len(preset_diff(row)) != 1:
             raise ValueError(f"preset {row} changes {sorted(preset_diff(row))} against the row above; a ladder row must "

@@ -173,7 +173,8 @@ def test_report_of_one_real_run(runs, capsys):
     assert f"| {runs[0].name} | 0 | {n_rollouts} |" in md  # age table: every rollout synchronous
     assert "| exploration | ENTROPY_REL_FLOOR |" in md
     printed = capsys.readouterr().out
-    assert "healthy" in printed or "finding" in printed
+    fs = res["findings"][runs[0].name]
+    assert f"[{runs[0].name}] " + ("healthy" if not fs else f"{len(fs)} finding(s)") in printed.splitlines()
 
 
 def test_probe_plot_appears_with_probe_metrics_and_is_skipped_without(runs, tmp_path):
