@@ -44,7 +44,6 @@ import json
 import math
 import os
 import random
-import re
 import resource
 import signal
 import shutil
@@ -240,6 +239,9 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"--prompt_truncation must be error, left or skip, got {cfg.prompt_truncation!r}")
     if cfg.tis_cap < 0:
         raise ValueError(f"--tis_cap must be 0 (off) or > 0, got {cfg.tis_cap}")
+    if cfg.tis_cap > 0 and not cfg.sampler_logprobs:
+        raise ValueError("--tis_cap needs the sampler's log-probs (without them every weight would be 1): pass "
+                         "--sampler_logprobs true")
     if cfg.max_rollout_age < 0:
         raise ValueError(f"--max_rollout_age must be >= 0, got {cfg.max_rollout_age}")
     if cfg.on_exhausted not in ("error", "partial", "skip"):
@@ -402,11 +404,11 @@ def load_problems(spec: str, cfg: Config, *, held_out: bool) -> tuple[list[Probl
     if cfg.verifier == "dapo":  # the integer rule needs integer ground truths (DAPO-Math-17k, AIME)
         ok = []
         for p in problems:
-            if re.fullmatch(r"-?\d+", p.answer.replace(",", "")):
+            try:  # the verifier's own check, so a row that passes here cannot fail at scoring time
+                verifier.score("", p.answer, mode="dapo")
                 ok.append(p)
-            else:
-                bad.append(f"{path} problem {p.id}: ground truth {p.answer!r} is not an integer, which --verifier dapo "
-                           "requires; use --verifier math for general answers")
+            except ValueError as e:
+                bad.append(f"{path} problem {p.id}: ground truth {p.answer!r} is not an integer the DAPO rule reads ({e})")
         problems = ok
     if bad and not cfg.skip_bad_rows:
         raise ValueError(f"{len(bad)} bad row(s) in {path}; first: {bad[0]}. Fix the data, or pass --skip_bad_rows "
@@ -723,7 +725,6 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
                 g.kept = False  # surplus thrown away (official behaviour)
     stats["groups/gen_rounds"] = rounds
     stats["_generated"] = generated
-    stats["groups/buffered"] = len(buffer)
     if len(kept) < cfg.prompts_per_step:
         msg = (f"step {step}: dynamic sampling kept {len(kept)}/{cfg.prompts_per_step} groups after "
                f"{cfg.max_gen_rounds} rounds of {cfg.gen_prompts_per_round} prompts: nearly every group is all-correct "
@@ -732,14 +733,16 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
         if cfg.on_exhausted == "error":
             raise RuntimeError(msg)
         stats["groups/exhausted"] = 1.0
-        if cfg.on_exhausted == "skip":
-            for g in kept:
+        # skip: train on nothing; partial: whole groups, a multiple of the world size so every
+        # rank gets the same count. Groups not trained go back to the buffer when there is one.
+        cut = 0 if cfg.on_exhausted == "skip" else len(kept) - len(kept) % dist.world
+        kept, unused = kept[:cut], kept[cut:]
+        if cfg.max_rollout_age > 0:
+            buffer[:0] = unused  # oldest first, trained on first later
+        else:
+            for g in unused:
                 g.kept = False
-            return []
-        # partial: whole groups, a multiple of the world size so every rank gets the same count
-        for g in kept[len(kept) - len(kept) % dist.world :]:
-            g.kept = False
-        kept = kept[: len(kept) - len(kept) % dist.world]
+    stats["groups/buffered"] = len(buffer)
     return kept
 
 
@@ -973,9 +976,11 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
             logp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
             if m == 0 and j < len(mbs):  # on-policy: no optimizer step yet, old = current (see 5.)
                 record_old(mb, logp, ent, attn[:, ids.shape[1] - resp.shape[1] :].float())
-            old = torch.zeros_like(logp)  # (b, T)
-            for r, i in enumerate(mb):
-                old[r, : len(old_logp[i])] = old_logp[i].to(device)
+                old = logp.detach()  # (b, T)
+            else:
+                old = torch.zeros_like(logp)  # (b, T)
+                for r, i in enumerate(mb):
+                    old[r, : len(old_logp[i])] = old_logp[i].to(device)
             loss_tok, st = dapo.policy_loss(logp, old, batch.advantages[mb].to(device), mask, eps_low=cfg.eps_low,
                                             eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None)  # (b, T)
             if cfg.tis_cap > 0:

@@ -138,6 +138,23 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
     assert len(stats["_generated"]) == 9 and stream.position == 9
 
 
+def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
+    """--on_exhausted skip with a staleness buffer: a buffered group that was not trained on stays
+    in the buffer for the next step instead of vanishing."""
+    _, tok = tiny
+    cfg = train.Config(group_size=4, prompts_per_step=2, gen_prompts_per_round=3, max_gen_rounds=1,
+                       mini_batch_size=8, on_exhausted="skip", max_rollout_age=2)
+    problems = train.load_problems("tiny", cfg, held_out=False)[0][:20]
+    prompt_ids = [train.build_prompt(p, tok, cfg) for p in problems]
+    old = train.score_group(problems[0], prompt_ids[0], [Sample([5, 1], "stop")] * 4, cfg, 0, 0.0, "0-0-0", tok)
+    old.policy_version, old.kept = 0, True
+    buffer, stats = [old], {}
+    kept = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(problems), 0), problems, prompt_ids, cfg,
+                                train.Dist(), tok, stats, buffer)
+    assert kept == [] and stats["groups/exhausted"] == 1.0
+    assert buffer == [old] and old.kept and stats["groups/buffered"] == 1
+
+
 def test_prompt_stream_is_seeded_and_covers_each_epoch():
     a, b = train.PromptStream(7, 3), train.PromptStream(7, 3)
     first = a.take(7)
@@ -163,6 +180,8 @@ def test_config_rejects_inconsistent_settings():
         train.parse_config(["--eps_high", "0.1"])
     with pytest.raises(ValueError, match="mini_batch_size"):
         train.parse_config(["--mini_batch_size", "48"])
+    with pytest.raises(ValueError, match="--sampler_logprobs true"):
+        train.parse_config(["--tis_cap", "2", "--sampler_logprobs", "false"])
 
 
 def test_grpo_preset_turns_every_dapo_switch_off():
