@@ -415,7 +415,7 @@ def truncated_importance_weight(
         cap: C > 0 (e.g. 2).
 
     Returns:
-        (B, T) float32 in (0, cap].
+        (B, T) float32 in [0, cap] (0 only when exp underflows, log-ratio below about -104).
 
     Raises:
         ValueError: cap <= 0, mismatched shapes.

@@ -59,11 +59,14 @@ class Engine:
         policy_version: the number of weight updates the engine's weights reflect; the trainer
             bumps it through `sync_weights` after every optimizer step.
         seeded: whether SamplingParams.seed reaches the sampler (recorded with every rollout).
+        shares_module: the engine generates from the training module itself, so a weight sync
+            only records the version (no full-weight gather under FSDP).
     """
 
     name = "abstract"
     version = "0"
     seeded = False
+    shares_module = False
 
     def __init__(self) -> None:
         self.policy_version = 0
@@ -108,6 +111,7 @@ class HFEngine(Engine):
 
     name = "hf-generate"
     seeded = True
+    shares_module = True
 
     def __init__(self, model, tokenizer, *, max_batch: int = 256, return_logprobs: bool = True, synced_gpus: bool = False):
         """return_logprobs: keep the sampler's log-prob of each token (HF then holds the (N, V)

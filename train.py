@@ -448,7 +448,11 @@ def build_prompt(problem: Problem, tokenizer, cfg: Config) -> list[int]:
 
 
 def prepare_prompts(problems: list[Problem], tokenizer, cfg: Config) -> tuple[list[Problem], list[list[int]]]:
-    """Tokenize every prompt before training; apply --prompt_truncation to over-long ones."""
+    """Tokenize every prompt before training; apply --prompt_truncation to over-long ones.
+
+    Returns (problems kept, their prompt token ids). Raises ValueError: a prompt over
+    --max_prompt_len tokens under --prompt_truncation error, or no prompt fits at all.
+    """
     kept, ids, too_long = [], [], []
     for p in problems:
         x = build_prompt(p, tokenizer, cfg)
@@ -511,7 +515,10 @@ def disable_dropout(model) -> int:
 
 
 def load_tokenizer(path: str, *, trust_remote_code: bool = False):
-    """The tokenizer of an HF model directory, checked to round-trip text; pad set, left padding."""
+    """The tokenizer of an HF model directory, checked to round-trip text; pad set, left padding.
+
+    Raises FileNotFoundError (not a directory) or ValueError (the tokenizer corrupts a probe text).
+    """
     from transformers import AutoTokenizer
 
     path = path or str(REPO / "assets" / "tiny-base")
@@ -1105,6 +1112,8 @@ def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model
     """The generation engine the config asks for (rollout.py). Each rank owns one (colocated).
 
     max_model_len: longest prompt + response the engine must hold, in tokens.
+
+    Raises ValueError: an unknown --engine, or --engine vllm without vLLM installed.
     """
     import importlib.util
 
@@ -1135,7 +1144,7 @@ def sync_engine(engine, model, policy_version: int, dist: Dist) -> float:
     Under FSDP the full tensors are gathered first (a collective: every rank calls this). The
     transformers engine generates from the training module itself, so it only records the version.
     """
-    if engine.name == "hf-generate":
+    if engine.shares_module:
         return engine.sync_weights(model, policy_version)
     t0 = time.perf_counter()
     source = model
@@ -1211,7 +1220,11 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, cfg: Config) -> dict:
-    """Restore model, optimizer, scheduler and RNG states; return the trainer state."""
+    """Restore model, optimizer, scheduler and RNG states; return the trainer state.
+
+    Raises ValueError: the config differs from the checkpoint's (outside RESUME_FREE_FIELDS)
+    and --resume_allow_config_change is off.
+    """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

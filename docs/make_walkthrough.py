@@ -25,7 +25,7 @@ The group is chosen by a deterministic search (section 0): the first training pr
 order, whose G answers (sampled with seed SEARCH_SEED + problem index) are mixed (some right, some
 wrong), include a truncated answer and a finished answer inside the soft-punishment buffer, and
 have at least MIN_DISTINCT_LENGTHS different lengths (so that token-level and sample-level weights
-differ). The demonstration step uses a learning rate of DEMO_LR instead of train.py's 1e-4 so that
+differ). The demonstration step uses a learning rate of DEMO_LR instead of train.py's 2e-4 so that
 the ratios move far enough in one step for the clip to act visibly.
 """
 
@@ -48,7 +48,7 @@ G = 8  # group size (train.py default)
 MAX_RESPONSE_LEN = 34  # L_max in tokens: the ladder's budget (bench/ladder.py says why)
 OVERLONG_BUFFER = 6  # L_cache in tokens: lengths 29..34 are punished
 EPS_LOW, EPS_HIGH = 0.2, 0.28  # DAPO clip range (paper 3.1); PPO/GRPO use 0.2 on both sides
-DEMO_LR = 5e-4  # 5x train.py's 1e-4: one step then moves some ratios past the clip range (3e-3 wrecks the policy)
+DEMO_LR = 5e-4  # 2.5x train.py's 2e-4: one step then moves some ratios past the clip range (3e-3 wrecks the policy)
 SEARCH_SEED = 1000  # answers to problem i are sampled with seed SEARCH_SEED + i
 SEARCH_LIMIT = 600  # problems tried before giving up
 MIN_DISTINCT_LENGTHS = 3  # the tiny policy's answers to one problem rarely differ in length
