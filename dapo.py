@@ -25,7 +25,7 @@ are shared by GRPO and DAPO.
 
 Nothing here does I/O, touches distributed state or loads a model. Denominators that depend on
 the whole optimizer step (all micro-batches, all ranks) are explicit arguments: the caller counts
-them before the first backward (DAPO_FACTS.md section 3; verl issues 5625 and 2776).
+them before the first backward (docs/PITFALLS.md, failure 1: volcengine/verl issues 5625 and 2776).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ __all__ = [
     "truncated_importance_weight",
 ]
 
-# log r is clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (issue 7): a token whose
+# log r is clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (verl's
+# verl/trainer/ppo/core_algos.py clamps the log-ratio at +-20 the same way): a token whose
 # probability moved by a factor e^20 within one rollout step is a numerical fault, not a signal;
 # the clamp keeps its loss finite (saturated, zero gradient) instead of overflowing to inf.
 LOG_RATIO_CLAMP = 20.0
@@ -152,7 +153,7 @@ def policy_loss(
         dual_clip: None, or c > 1.
 
     log r is clamped to +-LOG_RATIO_CLAMP (20) before exp: beyond it the loss is constant and
-    the gradient 0, so an extreme log-prob gap stays finite (issue 7).
+    the gradient 0, so an extreme log-prob gap stays finite (LOG_RATIO_CLAMP).
 
     Returns:
         loss_tok: (B, T) float32, per-token loss, exactly 0 where mask == 0.
@@ -262,7 +263,7 @@ def aggregate_loss(
 
     Returns:
         0-dim float32 tensor. 0 (still differentiable, never NaN) when the denominator is 0, e.g.
-        every response of the step was overlong-filtered (DAPO_FACTS.md section 6, failure 2).
+        every response of the step was overlong-filtered (docs/PITFALLS.md, failure 2).
 
     Raises:
         ValueError: unknown mode, missing denominator for the mode, mismatched shapes.
@@ -350,7 +351,7 @@ def overlong_filter(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor
     about whether its reasoning was wrong, so its tokens are left out of the loss. They still
     count in their group's reward mean and std (the paper is silent; this follows the ports).
     "Truncated" must come from the engine's finish reason, never from pad == eos
-    (DAPO_FACTS.md section 6, failure 4).
+    (docs/PITFALLS.md, failure 4).
 
     Args:
         mask: (B, T) bool or float loss mask.
@@ -483,10 +484,10 @@ def token_logprobs(
 
     Shared by GRPO and DAPO (the ratio in eq. 10 is exp of a difference of these). Both are taken
     from softmax(logits / temperature): the distribution the sampler drew from. Skipping the
-    temperature makes the first mini-batch's ratio differ from 1 (DAPO_FACTS.md section 6,
-    failure 6). The entropy is -sum_v p_v log p_v over the whole vocabulary, not the mean
-    negative log-prob of the sampled tokens (failure 9). Rows are processed in chunks so that at
-    most one (chunk_size, V) fp32 tensor exists beside the logits (failure 8).
+    temperature makes the first mini-batch's ratio differ from 1 (docs/PITFALLS.md, failure 6).
+    The entropy is -sum_v p_v log p_v over the whole vocabulary, not the mean negative log-prob of
+    the sampled tokens (failure 9). Rows are processed in chunks so that at most one
+    (chunk_size, V) fp32 tensor exists beside the logits (failure 8).
 
     Args:
         logits: (B, T, V) any float dtype; logits[b, t] is the distribution that produced

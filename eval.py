@@ -2,20 +2,21 @@
 
     python eval.py --data tiny --k 4                                  # the tiny base policy, tiny task
     python eval.py --model runs/default --data tiny --k 4 --out runs/default/eval
-    python eval.py --model DIR --data aime2024_dapo_eval --verifier dapo-official --out OUT   # paper protocol
-    torchrun --nproc_per_node=8 eval.py --model DIR --data aime2024_dapo_eval --out OUT
+    python eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --verifier dapo-official --out OUT
+    torchrun --nproc_per_node=8 eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --out OUT
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
     python eval.py report RUN_DIR [RUN_DIR2] [--out DIR]              # plots, report.md, diagnosis of a training run
 
-What the paper measured (DAPO_FACTS.md sections 1 and 5): avg@32 on AIME 2024, the mean accuracy
+What the paper measured (paper section 4.1 and Table 1): avg@32 on AIME 2024, the mean accuracy
 over 32 sampled answers per problem (temperature 1.0, top_p 0.7; the official file repeats each of
-the 30 problems 32 times and scores one sample per row, which is the same number). avg@k is not
-greedy pass@1 and not pass@k. Here:
+the 30 problems 32 times and scores one sample per row, which is the same number; that file is
+committed as tests/fixtures/aime2024_dapo_eval.parquet). avg@k is not greedy pass@1 and not
+pass@k. Here:
 
   * avg@k: mean of the (problems, k) correctness matrix.
   * pass@j, for every j <= k: the unbiased estimator 1 - C(n - c, j) / C(n, j) with n = k samples
     per problem (Chen et al., 2021, arXiv 2107.03374, eq. 1), never the biased "first j samples"
-    count (DAPO_FACTS.md section 6, failure 11). pass@1 equals avg@k by construction.
+    count (docs/PITFALLS.md, failure 11). pass@1 equals avg@k by construction.
   * maj@k: majority vote over the extracted answers (tie rule in `majority_vote`).
   * greedy_pass@1: one more generation pass at temperature 0 (`--greedy`, on in this CLI).
   * a 95% bootstrap interval over problems for each, and `compare` for a paired difference.
@@ -62,12 +63,13 @@ import train
 import verifier
 import rollout
 
-SHARED_DATA = train.REPO.parent / "shared" / "data"  # offline dataset copies (their README.md)
 DEFAULT_MODEL = train.REPO / "assets" / "tiny-base"
-# The published evaluation (DAPO_FACTS.md sections 1-2), for the report's "differs from the paper" list.
+# The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
+# responses, scored by the official rule), for the report's "differs from the paper" list.
 PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
                   "verifier": "dapo-official"}
-# AIME 2024 as the paper evaluated it: train.file_hash (sha256[:16]) of the copies in ../shared/data (its README).
+# AIME 2024 as the paper evaluated it: train.file_hash (sha256[:16]) of the official DAPO file
+# (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
 PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
 MAJ_TIE_RULE = ("most frequent extracted answer; unextracted (None) answers do not vote; a tie goes to the "
                 "answer whose first occurrence comes earliest in sample order; no extracted answer = wrong")
@@ -81,7 +83,7 @@ class EvalConfig:
     """Every setting of `python eval.py`. Empty / 0 means "what the checkpoint saved"."""
 
     model: str = train.F("", "HF model directory or a run directory (its final/ is used); '' = assets/tiny-base")
-    data: str = train.F("tiny", "'tiny', a .parquet (DAPO layout), a .jsonl with problem/answer, or a name in ../shared/data")
+    data: str = train.F("tiny", "'tiny', a .parquet (DAPO layout) or a .jsonl with problem/answer")
     k: int = train.F(32, "[k] samples per problem (paper: 32 on AIME 2024)")
     temperature: float = train.F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = train.F(0.7, "nucleus top_p (paper evaluation 0.7)")
@@ -186,7 +188,7 @@ def bootstrap_ci(values: np.ndarray, *, n_boot: int, level: float, seed: int) ->
     values: (P,) one number per problem (accuracy, pass@j estimate, ...), or (P, M) to resample the
     same problems for M columns at once (then the bounds are (M,) arrays). This is uncertainty over
     which problems were drawn; within a problem pass@j is still the unbiased estimator, not a
-    bootstrap over samples (DAPO_FACTS.md section 6, failure 11).
+    bootstrap over samples (docs/PITFALLS.md, failure 11).
     """
     values = np.asarray(values, dtype=float)
     if len(values) == 0 or n_boot < 1 or not 0 < level < 1:
@@ -452,17 +454,15 @@ def checkpoint_config(model_dir: Path, ecfg: EvalConfig) -> tuple[train.Config, 
 
 
 def resolve_data(spec: str) -> str:
-    """'tiny', an existing path, or the name of a set in ../shared/data ('aime2024', 'aime2024_dapo_eval')."""
-    if spec == "tiny" or Path(spec).exists():
+    """'tiny' or the path of an existing .jsonl / .parquet file.
+
+    Raises:
+        FileNotFoundError: anything else, naming the fix.
+    """
+    if spec == "tiny" or Path(spec).is_file():
         return spec
-    for name in (spec, f"{spec}.jsonl", f"{spec}.parquet"):
-        if (SHARED_DATA / name).exists():
-            return str(SHARED_DATA / name)
-    if not SHARED_DATA.is_dir():
-        raise FileNotFoundError(f"--data {spec!r}: no such file, and no shared dataset folder {SHARED_DATA} to look it up "
-                                "in; pass 'tiny' or the path of a .jsonl/.parquet file (README \"Data\")")
-    known = sorted(p.stem for p in SHARED_DATA.iterdir() if p.suffix in (".jsonl", ".parquet"))
-    raise FileNotFoundError(f"--data {spec!r} is not 'tiny', a file, or a set in {SHARED_DATA} ({', '.join(known)})")
+    raise FileNotFoundError(f"--data {spec!r}: no such file; pass 'tiny' or the path of a .jsonl/.parquet file (the "
+                            "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
 
 
 def load_eval_set(spec: str, cfg: train.Config, limit: int = 0) -> tuple[list, dict]:
@@ -588,10 +588,9 @@ def compare_main(argv: list[str]) -> dict:
     return res
 
 
-# --- diagnosis: which of DAPO's four boundaries failed (issue 9) --------------------------------------
+# --- diagnosis: which of DAPO's four boundaries failed ------------------------------------------------
 #
-# DAPO's interventions each guard one boundary of the RL loop (paper section 3; background reading in
-# ../shared/background): can the policy still explore (3.1 Clip-Higher), does the batch still hold
+# DAPO's interventions each guard one boundary of the RL loop (paper section 3): can the policy still explore (3.1 Clip-Higher), does the batch still hold
 # contrast (3.2 Dynamic Sampling), is credit spread sensibly over long answers (3.3 token-level loss),
 # does the reward tell wrongness from running out of budget (3.4 overlong shaping). `diagnose` reads
 # a run's metrics.jsonl history and names the boundary that failed and the switch that addresses it.

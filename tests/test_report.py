@@ -1,6 +1,6 @@
 """Tests of `python eval.py report`: the diagnosis of DAPO's four boundaries, and the report itself.
 
-Two kinds (STYLE.md rule 11):
+Two kinds:
   - `eval.diagnose` on synthetic metric histories, one per failure (entropy collapse, contrast
     loss, length-credit pathology, truncation-dominated reward, verifier exceptions) and a
     healthy one: exactly the expected boundary fires, and nothing on the healthy history;

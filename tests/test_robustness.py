@@ -1,4 +1,5 @@
-"""Runs that survive (issue 7) and bounded staleness (issue 5), on the real entry points.
+"""Runs that survive (interruption, resume, numerical faults, bad data) and bounded staleness,
+on the real entry points.
 
 Exact resume: 6 steps in one process equal 3 steps + resume in a new process + 3 steps
 (parameters, metrics, rollout records, probe records). SIGTERM finishes the step in flight and

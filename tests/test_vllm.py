@@ -12,7 +12,7 @@ README says how to make the vLLM one). What is checked, each against the trainer
   4. the output contract: [prompt][n] in input order, and seeding as `seeded` promises.
 One engine is started for the module (~3-9 s in-process); the file runs in well under a minute.
 
-Run: OMP_NUM_THREADS=1 /work/vllm-venv/bin/python -m pytest -q tests/test_vllm.py
+Run (in a venv with vLLM, README "Install"): OMP_NUM_THREADS=1 python -m pytest -q tests/test_vllm.py
 """
 
 import copy
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")  # ENGINES.md: 1 thread on the shared 2-core machine
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # 1 thread: 2 contend on a shared 2-core machine
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 try:
     import vllm  # noqa: F401
