@@ -59,9 +59,10 @@ from pathlib import Path
 
 import numpy as np
 
+import plumbing
+import rollout
 import train
 import verifier
-import rollout
 
 DEFAULT_MODEL = train.REPO / "assets" / "tiny-base"
 # The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
@@ -88,7 +89,8 @@ class EvalConfig:
     temperature: float = train.F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = train.F(0.7, "nucleus top_p (paper evaluation 0.7)")
     max_new_tokens: int = train.F(0, "response budget in tokens; 0 = the checkpoint's max_response_len (paper 20480)")
-    max_prompt_len: int = train.F(0, "prompt budget in tokens, left-truncated; 0 = the checkpoint's")
+    max_prompt_len: int = train.F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt is cut from the left "
+                                  "when the checkpoint trained with --prompt_truncation left, else it is an error")
     instruction: str = train.F("", "'dapo' | 'none'; '' = the checkpoint's")
     verifier: str = train.F("", f"answer rule, one of {verifier.MODES}; '' = the checkpoint's (paper: dapo-official)")
     limit: int = train.F(0, "evaluate the first N distinct problems (0 = all)")
@@ -103,10 +105,11 @@ class EvalConfig:
 
 
 def parse_args(argv: list[str] | None) -> EvalConfig:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = plumbing.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(EvalConfig):
         if f.type in ("bool", bool):
-            ap.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default, help=f.metadata["help"])
+            ap.add_argument(f"--{f.name}", type=plumbing.parse_bool, default=f.default, metavar="BOOL",
+                            help=f"{f.metadata['help']} (default {f.default})")
         else:
             ap.add_argument(f"--{f.name}", type=type(f.default), default=f.default, help=f"{f.metadata['help']} (default {f.default!r})")
     return EvalConfig(**vars(ap.parse_args(argv)))
@@ -494,7 +497,7 @@ def make_engine(choice: str, model_dir: Path, cfg: train.Config, seed: int, devi
     except ImportError:
         has_vllm = False
     if choice == "vllm" and not has_vllm:
-        raise RuntimeError("--engine vllm: `import vllm` failed (README \"Install\"); use --engine hf")
+        raise ValueError("--engine vllm: `import vllm` failed (README \"Install\"); use --engine hf")
     if choice == "vllm" or (choice == "auto" and has_vllm):
         tokenizer = train.load_tokenizer(str(model_dir), trust_remote_code=cfg.trust_remote_code)
         max_len = train.engine_max_len(str(model_dir), cfg.max_prompt_len + cfg.max_response_len)
@@ -569,15 +572,23 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
 
 
 def compare_main(argv: list[str]) -> dict:
-    ap = argparse.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
+    ap = plumbing.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
     ap.add_argument("a", help="report.json of model A")
     ap.add_argument("b", help="report.json of model B")
     ap.add_argument("--n_boot", type=int, default=EvalConfig.n_boot, help="bootstrap resamples of the problems")
     ap.add_argument("--ci_level", type=float, default=EvalConfig.ci_level, help="coverage of the interval")
     ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     args = ap.parse_args(argv)
-    res = compare(json.loads(Path(args.a).read_text()), json.loads(Path(args.b).read_text()),
-                  n_boot=args.n_boot, level=args.ci_level, seed=args.seed)
+    reports = []
+    for path in (args.a, args.b):
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"compare: {path!r} is not a file; pass two report.json files written by "
+                                    "`python eval.py ... --out DIR`")
+        try:
+            reports.append(json.loads(Path(path).read_text()))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"compare: {path} is not a report.json ({e.msg} at line {e.lineno})") from e
+    res = compare(*reports, n_boot=args.n_boot, level=args.ci_level, seed=args.seed)
     print(f"A = {args.a}\nB = {args.b}\n{res['n_problems']} problems, k = {res['k']}, paired bootstrap over problems")
     for w in res["warnings"]:
         print(f"WARNING: {w}")
@@ -1164,7 +1175,7 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
 
 def report_main(argv: list[str]) -> dict:
     """`python eval.py report RUN_DIR [RUN_DIR2] [--out DIR]`: run_report, then print notes and the diagnosis."""
-    ap = argparse.ArgumentParser(prog="eval.py report", description="Plots, report.md and a diagnosis of one training run, "
+    ap = plumbing.ArgumentParser(prog="eval.py report", description="Plots, report.md and a diagnosis of one training run, "
                                  "or two overlaid (an ablation).")
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a train.py --run_dir; a second one is overlaid on the first")
     ap.add_argument("--out", default="", help="output directory (default: RUN_DIR/report of the first run)")
@@ -1215,4 +1226,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(plumbing.run_cli(main))

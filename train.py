@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 import dapo
+import plumbing
 import verifier
 from rollout import RolloutRecord, RolloutWriter, SamplingParams, timed_generate
 
@@ -208,13 +209,13 @@ PRESETS: dict[str, dict] = {
 
 def parse_config(argv: list[str] | None = None) -> Config:
     """Config from presets plus command-line flags; every field is a flag with its help."""
-    ap = argparse.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
+    ap = plumbing.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
     for f in dataclasses.fields(Config):
         text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
         if f.type in ("bool", bool):
-            ap.add_argument(f"--{f.name}", type=_parse_bool, default=None, metavar="BOOL", help=f"{text} (default {f.default})")
+            ap.add_argument(f"--{f.name}", type=plumbing.parse_bool, default=None, metavar="BOOL", help=f"{text} (default {f.default})")
         else:
             ap.add_argument(f"--{f.name}", type=type(f.default), default=None, help=f"{text} (default {f.default!r})")
     args = vars(ap.parse_args(argv))
@@ -223,14 +224,6 @@ def parse_config(argv: list[str] | None = None) -> Config:
     cfg = Config(**values)
     validate_config(cfg)
     return cfg
-
-
-def _parse_bool(s: str) -> bool:
-    if s.lower() in ("1", "true", "yes", "on"):
-        return True
-    if s.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {s!r}")
 
 
 def validate_config(cfg: Config) -> None:
@@ -740,7 +733,7 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
                f"or all-wrong for model {cfg.model or 'tiny'} on data {cfg.data}. Use easier/harder data, a larger "
                f"--max_gen_rounds or --gen_prompts_per_round, or --on_exhausted partial/skip.")
         if cfg.on_exhausted == "error":
-            raise RuntimeError(msg)
+            raise plumbing.RunStopped(msg)
         stats["groups/exhausted"] = 1.0
         # skip: train on nothing; partial: whole groups, a multiple of the world size so every
         # rank gets the same count. Groups not trained go back to the buffer when there is one.
@@ -1357,8 +1350,11 @@ def train(cfg: Config) -> dict:
     start, state = 0, {"nonfinite_in_a_row": 0}
     run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
     if cfg.resume:
-        ckpt = run_dir / "checkpoints" / (run_dir / "checkpoints" / "latest").read_text().strip() \
-            if cfg.resume == "latest" else Path(cfg.resume)
+        latest = run_dir / "checkpoints" / "latest"
+        if cfg.resume == "latest" and not latest.is_file():
+            raise FileNotFoundError(f"--resume latest: {run_dir} holds no checkpoint ({latest} is missing); pass the "
+                                    "--run_dir of the run to continue, or a checkpoint directory, or drop --resume")
+        ckpt = run_dir / "checkpoints" / latest.read_text().strip() if cfg.resume == "latest" else Path(cfg.resume)
         if not (ckpt / "trainer_state.json").exists():
             raise FileNotFoundError(f"--resume {cfg.resume!r}: no checkpoint at {ckpt} (expected trainer_state.json)")
         trainer = load_checkpoint(ckpt, model, optimizer, scheduler, cfg)
@@ -1479,7 +1475,7 @@ def train(cfg: Config) -> dict:
                 print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                       "the weights may be broken", file=sys.stderr, flush=True)
         if state["nonfinite_in_a_row"] >= cfg.max_nonfinite_steps:
-            raise RuntimeError(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
+            raise plumbing.RunStopped(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
                                f"(last at step {step}); the weights were left unchanged. Lower --lr, check the data, or raise "
                                "--max_nonfinite_steps")
         interrupted = all_reduce_max(float(stop.hit), dist) > 0
@@ -1522,4 +1518,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(plumbing.run_cli(main))

@@ -14,8 +14,7 @@ reads RUN_DIR/metrics.jsonl:
   kept fraction of a round              = groups/kept_frac
   seconds per step, generate seconds    = time/step, time/generate (load-dependent)
 
-Held-out evaluation is switched off (--eval_data '') so only the training loop runs. If this
-train.py has no max_rollout_age field, the reuse row says so and only the reuse-off row is run.
+Held-out evaluation is switched off (--eval_data '') so only the training loop runs.
 """
 
 from __future__ import annotations

@@ -357,7 +357,7 @@ def test_end_to_end_tiny_task_and_compare(tmp_path, capsys):
     assert correct.shape == (12, 4) and m["avg@4"] == pytest.approx(correct.mean())
     assert 0.0 < m["avg@4"] < 1.0  # the tiny base policy is right on part of its own task
     assert m["pass@4"] >= m["pass@1"] and res["ci"]["avg@4"][0] <= m["avg@4"] <= res["ci"]["avg@4"][1]
-    ev.main(common + ["--seed", "1", "--no-greedy", "--out", str(b)])
+    ev.main(common + ["--seed", "1", "--greedy", "false", "--out", str(b)])
     capsys.readouterr()
     cmp = ev.main(["compare", str(a / "report.json"), str(b / "report.json"), "--n_boot", "200"])
     printed = capsys.readouterr().out
