@@ -38,6 +38,7 @@ __all__ = [
     "LOSS_AGG_MODES",
     "group_advantages",
     "policy_loss",
+    "loss_denominators",
     "aggregate_loss",
     "overlong_penalty",
     "overlong_filter",
@@ -218,6 +219,38 @@ def policy_loss(
 # --- DAPO: Token-Level Policy Gradient Loss (section 3.3, eq. 8 vs GRPO eq. 5) -------------------
 
 
+def loss_denominators(response_tokens: torch.Tensor, group_index: torch.Tensor) -> tuple[dict, dict]:
+    """The denominators every aggregation mode needs, counted over one optimizer step's responses.
+
+    Paper section 3.3: the token-level loss divides by the token count of the whole step, not of
+    a micro-batch (docs/PITFALLS.md, failure 1), so these are counted before the first backward.
+    A new mode of `aggregate_loss` that needs another count adds it here, and nowhere else.
+
+    Args:
+        response_tokens: (M,) float, tokens of each response that count in the loss (its length,
+            or 0 for an overlong-filtered response), for the M responses of the step on this rank.
+        group_index: (M,) long, the group of each response. A group never spans two ranks.
+
+    Returns:
+        (sums, per_response):
+        sums: {"num_tokens", "num_seqs", "num_groups"} python floats over this rank's M responses;
+            under torchrun the caller sums each over all ranks (all_reduce SUM) to get the step's.
+        per_response: {"group_num_tokens": (M,) float32}, the masked-token count of each
+            response's whole group (complete on each rank, since groups do not span ranks).
+
+    Raises:
+        ValueError: mismatched shapes.
+    """
+    if response_tokens.ndim != 1 or response_tokens.shape != group_index.shape:
+        raise ValueError(f"response_tokens {tuple(response_tokens.shape)} and group_index {tuple(group_index.shape)} "
+                         "must be the same (M,)")
+    tokens = response_tokens.to(torch.float64)  # (M,): exact integer sums
+    groups, inverse = torch.unique(group_index, return_inverse=True)  # (n_groups,), (M,)
+    per_group = torch.zeros(len(groups), dtype=torch.float64).index_add_(0, inverse, tokens)  # (n_groups,)
+    sums = {"num_tokens": float(tokens.sum()), "num_seqs": float(len(tokens)), "num_groups": float(len(groups))}
+    return sums, {"group_num_tokens": per_group[inverse].to(torch.float32)}  # (M,)
+
+
 def aggregate_loss(
     loss_tok: torch.Tensor,
     mask: torch.Tensor,
@@ -246,9 +279,15 @@ def aggregate_loss(
         "seq-mean-token-sum-norm"  Dr. GRPO: sum(loss) / (num_seqs * max_len), a constant.
 
     Gradient accumulation: when a step is split into micro-batches (and ranks), pass the WHOLE
-    step's num_tokens / num_seqs / num_groups / group_num_tokens to every micro-batch; the sum of
-    micro-batch gradients then equals the full-batch gradient exactly (tests/test_dapo.py). Leaving
-    them None uses the local micro-batch counts: correct only when there is one micro-batch.
+    step's num_tokens / num_seqs / num_groups / group_num_tokens (loss_denominators) to every
+    micro-batch; the sum of micro-batch gradients then equals the full-batch gradient exactly
+    (tests/test_dapo.py). Leaving them None uses the local micro-batch counts: correct only when
+    there is one micro-batch.
+
+    The Dr. GRPO constant: "seq-mean-token-sum-norm" divides by num_seqs * max_len, as the Dr. GRPO
+    paper (Liu et al., 2025, arXiv 2503.20783) and TRL's loss_type="dr_grpo" do. verl's mode of the
+    same name divides by max_len only (a factor of the batch size larger, which matters under
+    gradient-norm clipping); README "Departures" lists it.
 
     Args:
         loss_tok: (B, T) float, per-token loss from policy_loss (0 at mask == 0).

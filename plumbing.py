@@ -1,13 +1,37 @@
-"""Plumbing a learner may skip on first reading: command lines, processes and collectives, model loading and FSDP2,
-checkpoints, run logging.
+"""Plumbing a learner may skip on first reading: processes, model loading and FSDP2, forward passes, checkpoints, logs.
+
+Nothing here is DAPO. train.py and eval.py call these so that their own code reads as the
+algorithm; a single-GPU fork can delete the FSDP and collective parts (with one process every
+collective below is a no-op). Sections, in order:
+
+  command lines     one-line errors with exit status 2, the one boolean flag style
+  processes         torchrun ranks and the few collectives the loop needs; seeding
+  model             policy and tokenizer loading, dropout off, FSDP2 wrapping, saving in HF format
+  forward passes    padding a micro-batch, log-probs with a shared pass over each group's prompt,
+                    splitting a rollout batch into mini-batches and micro-batches
+  checkpoints       atomic, resumable DCP checkpoints
+  run logging       the run directory: config.json, metrics.jsonl, rollouts, TensorBoard / W&B, signals
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
+import json
 import os
+import random
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
+import torch
+
+import dapo
+
+REPO = Path(__file__).resolve().parent
+DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
 DEBUG_ENV = "DAPO_DEBUG"  # set to 1 to see the full traceback of a bad-input error
 
 
@@ -34,6 +58,26 @@ def parse_bool(s: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {s!r}")
 
 
+def F(default, help: str):
+    """A config field whose help text becomes its command-line flag's `--help`."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def add_dataclass_flags(ap: argparse.ArgumentParser, cls, *, defaults: bool) -> None:
+    """One flag per field of a config dataclass, its help from the field's metadata ("help").
+
+    defaults=False makes every flag default to None, so the caller can tell "given" from "not given"
+    (train.py applies a preset first, then the given flags).
+    """
+    for f in dataclasses.fields(cls):
+        text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
+        default = f.default if defaults else None
+        if f.type in ("bool", bool):
+            ap.add_argument(f"--{f.name}", type=parse_bool, default=default, metavar="BOOL", help=f"{text} (default {f.default})")
+        else:
+            ap.add_argument(f"--{f.name}", type=type(f.default), default=default, help=f"{text} (default {f.default!r})")
+
+
 def run_cli(main, argv: list[str] | None = None) -> int:
     """Run an entry point; bad input (flags, data, paths, checkpoints) ends in one line and exit status 2.
 
@@ -48,10 +92,390 @@ def run_cli(main, argv: list[str] | None = None) -> int:
     except (ValueError, OSError, RunStopped) as e:
         if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             raise
-        message = " ".join(str(e).split()) or type(e).__name__
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
     return 0
+
+
+# --- plumbing: processes ------------------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    """This process's place under torchrun (rank 0 of 1 without it)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
+    """One process, or torchrun's N processes (nccl on GPU, gloo on CPU). device: auto | cpu | cuda."""
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if "RANK" not in os.environ:
+        return Dist(), torch.device("cuda" if use_cuda else "cpu")
+    import torch.distributed as tdist
+
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local)
+    if not tdist.is_initialized():
+        tdist.init_process_group("nccl" if use_cuda else "gloo")
+    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
+
+
+def close_distributed(dist: Dist) -> None:
+    """Tear down the process group at the end of a torchrun run (nothing with one process)."""
+    if dist.world > 1 and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+def all_gather_objects(obj, dist: Dist) -> list:
+    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    if dist.world == 1:
+        return [obj]
+    out = [None] * dist.world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
+    """Sum (or max) of a number over all ranks, in float64."""
+    if dist.world == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
+    return float(t.item())
+
+
+def all_reduce_max(x: float, dist: Dist) -> float:
+    return all_reduce_sum(x, dist, op="max")
+
+
+def barrier(dist: Dist) -> None:
+    if dist.world > 1:
+        torch.distributed.barrier()
+
+
+def seed_everything(seed: int, threads: int = 0) -> None:
+    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1)."""
+    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --- plumbing: model ------------------------------------------------------------------------------------
+
+
+def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
+    """(model, tokenizer) from an HF directory ('' = the tiny base policy): load_tokenizer + load_model.
+
+    Raises FileNotFoundError / ValueError as load_tokenizer.
+    """
+    tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
+    return load_model(path, device, trust_remote_code=trust_remote_code), tokenizer
+
+
+def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False):
+    """The causal LM of an HF directory in float32 (safetensors only; no remote code unless asked),
+    with dropout switched off (disable_dropout); '' is the tiny base policy."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        path or str(DEFAULT_MODEL), dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
+    ).to(device)
+    disable_dropout(model)
+    return model
+
+
+def disable_dropout(model) -> int:
+    """Set every dropout rate in `model` to 0; returns how many were non-zero.
+
+    The ratio pi_theta / pi_old must be exactly 1 before the first optimizer step (the old
+    log-probs of the first mini-batch are its own forward pass's, train.update_policy), and
+    dropout in the trainer's forward would make it random noise instead. RL fine-tuning of LLMs
+    runs without dropout; HF models keep attention dropout as a float attribute, not a module.
+    """
+    n = 0
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout) and m.p > 0:
+            m.p, n = 0.0, n + 1
+        for name in ("attention_dropout", "dropout", "attn_dropout"):
+            if isinstance(getattr(m, name, None), float) and getattr(m, name) > 0:
+                setattr(m, name, 0.0)
+                n += 1
+    for name in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
+        if isinstance(getattr(model.config, name, None), float):
+            setattr(model.config, name, 0.0)
+    return n
+
+
+def load_tokenizer(path: str, *, trust_remote_code: bool = False):
+    """The tokenizer of an HF model directory, checked to round-trip text; pad set, left padding.
+
+    Raises FileNotFoundError (not a directory) or ValueError (the tokenizer corrupts a probe text).
+    """
+    from transformers import AutoTokenizer
+
+    path = path or str(DEFAULT_MODEL)
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"--model {path!r} is not a directory with an HF model (config.json + safetensors)")
+    tok_cfg = Path(path) / "tokenizer_config.json"
+    tok_class = json.loads(tok_cfg.read_text()).get("tokenizer_class") if tok_cfg.exists() else None
+    if tok_class == "PreTrainedTokenizerFast":
+        # AutoTokenizer would rebuild a plain tokenizers-library tokenizer as the model family's own
+        # (qwen2: byte-level BPE) and silently mangle text (tiny.build_tokenizer); load it as it was saved.
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
+        tokenizer.dapo_plain_fast = True  # save_hf writes the class back (transformers 5 would not)
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    probe = "What is 12+34?\nAnswer: 46"
+    if tokenizer.decode(tokenizer(probe, add_special_tokens=False)["input_ids"]) != probe:
+        raise ValueError(f"tokenizer of {path} does not round-trip {probe!r}; it would corrupt prompts and answers")
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # set after construction, it is not saved by save_pretrained
+    return tokenizer
+
+
+def engine_max_len(model_dir: str, wanted: int) -> int:
+    """`wanted` tokens (prompt + response), capped at the model's position limit (config.json)."""
+    cfg_path = Path(model_dir or DEFAULT_MODEL) / "config.json"
+    limit = json.loads(cfg_path.read_text()).get("max_position_embeddings") if cfg_path.exists() else None
+    return min(wanted, int(limit)) if limit else wanted
+
+
+def set_activation_checkpointing(model, on: bool) -> None:
+    """Turn HF activation checkpointing on or off (non-reentrant); transformers 5.24 renamed the
+    methods from gradient_checkpointing_* to activation_checkpointing_*."""
+    if hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.activation_checkpointing_disable()
+    elif on:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_disable()
+
+
+def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
+    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
+
+    Mixed precision on GPU: bf16 compute and communication of parameters, fp32 gradient reduction
+    and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo). Reads
+    cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
+
+    Raises ValueError: the model does not name its decoder layers (_no_split_modules).
+    """
+    if cfg.activation_checkpointing:
+        set_activation_checkpointing(model, True)
+    if dist.world == 1:
+        return model
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+    kw = {}
+    if device.type == "cuda" and cfg.bf16:
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if cfg.cpu_offload:
+        kw["offload_policy"] = CPUOffloadPolicy()
+    layer_names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
+    if not layers:
+        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard (no _no_split_modules)")
+    for layer in layers:
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
+    """Full weights in HF format on rank 0 (gathered from FSDP shards when distributed), the
+    tokenizer, and `extra` as dapo_run.json (what eval.py reads back: config, verifier version)."""
+    state = None
+    if dist.world > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if dist.main:
+        model.save_pretrained(out, state_dict=state, safe_serialization=True)
+        if getattr(tokenizer, "dapo_plain_fast", False):
+            import tiny
+
+            tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
+        else:
+            tokenizer.save_pretrained(out)
+        (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
+
+
+# --- plumbing: forward passes ---------------------------------------------------------------------------
+
+
+def pad_micro_batch(batch, idx: list[int], pad_id: int, device):
+    """Left-padded prompts + right-padded responses for the responses in idx.
+
+    batch: anything with prompt_ids, response_ids (lists of token-id lists) and mask_rows (B,)
+    (train.Batch). Returns input_ids (b, P+T), attention_mask (b, P+T), position_ids (b, P+T),
+    response ids (b, T) and the response loss mask (b, T) (0 on padding and on overlong-filtered rows).
+    """
+    P = max(len(batch.prompt_ids[i]) for i in idx)
+    T = max(len(batch.response_ids[i]) for i in idx)
+    ids = torch.full((len(idx), P + T), pad_id, dtype=torch.long)  # (b, P+T)
+    attn = torch.zeros((len(idx), P + T), dtype=torch.long)  # (b, P+T)
+    for r, i in enumerate(idx):
+        p, o = batch.prompt_ids[i], batch.response_ids[i]
+        ids[r, P - len(p) : P] = torch.tensor(p)
+        ids[r, P : P + len(o)] = torch.tensor(o)
+        attn[r, P - len(p) : P + len(o)] = 1
+    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (b, P+T): left padding must not shift positions
+    resp = ids[:, P:]  # (b, T)
+    mask = attn[:, P:].float() * batch.mask_rows[idx][:, None]  # (b, T)
+    return ids.to(device), attn.to(device), pos.to(device), resp.to(device), mask.to(device)
+
+
+def forward_logprobs(model, ids, attn, pos, resp, cfg):
+    """Log-probs and entropy of the response tokens under `model`: (b, T) each.
+
+    ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). cfg: temperature,
+    logprob_chunk, share_prompt_forward. With --share_prompt_forward (default) rows that share a
+    prompt (the G responses of a group) share one pass over it: see shared_prompt_logprobs. Same
+    values up to float rounding (tests/test_train.py); the plain pass is used when sharing is off,
+    when every row has its own prompt, under activation checkpointing (which turns the KV cache
+    off), and for models with sliding-window or chunked attention layers (whose caches may drop
+    old keys).
+    """
+    T = resp.shape[1]
+    P = ids.shape[1] - T
+    # transformers 5.24 names it is_activation_checkpointing (is_gradient_checkpointing warns)
+    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
+                                            if hasattr(type(model), "is_activation_checkpointing")
+                                            else getattr(model, "is_gradient_checkpointing", False))
+    if cfg.share_prompt_forward and T >= 2 and not checkpointing and full_attention_only(model):
+        # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
+        # maps each of the b rows to its prompt among the u unique ones
+        key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
+        uniq, row = torch.unique(key, dim=0, return_inverse=True)  # (u, 2P), (b,)
+        if len(uniq) < len(row):
+            first = torch.full((len(uniq),), len(row), dtype=torch.long, device=ids.device)
+            first = first.scatter_reduce(0, row, torch.arange(len(row), device=ids.device), "amin")  # (u,)
+            return shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg)
+    # Only the T positions that predict response tokens need logits (plus the last, dropped).
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
+    return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+
+
+def full_attention_only(model) -> bool:
+    """True unless the model's config declares sliding-window or chunked attention layers."""
+    c = model.config
+    kinds = getattr(c, "layer_types", None)
+    if kinds:
+        return all(k == "full_attention" for k in kinds)
+    return getattr(c, "sliding_window", None) is None and getattr(c, "attention_chunk_size", None) is None
+
+
+def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg):
+    """forward_logprobs with one pass over each distinct prompt instead of one per response.
+
+    In a group the G responses share their prompt, and under causal attention the prompt's keys
+    and values do not depend on what follows. So: run the u distinct prompts once (keeping their
+    KV cache and the last position's logits, which predict the first response token), copy each
+    prompt's cache to the rows of its responses, then run the responses against it. Autograd sums
+    each prompt's gradient over its responses, so the gradient is the plain pass's. With prompts
+    about as long as responses and G = 8, this removes about half of the forward and backward
+    work (bench/bench_trl.py); the same trick is known as shared-prefix or prefix-sharing training.
+
+    Args:
+        ids, attn, pos: (b, P+T) left-padded prompts + right-padded responses (pad_micro_batch).
+        resp: (b, T) long, T >= 2.
+        first: (u,) long, one row index per distinct prompt.
+        row: (b,) long, index into `first` of each row's prompt.
+
+    Returns:
+        logp, entropy: (b, T) float32 each, as forward_logprobs.
+
+    Raises:
+        RuntimeError: the model returned no KV cache (use --share_prompt_forward false).
+    """
+    T = resp.shape[1]
+    P = ids.shape[1] - T
+    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
+    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
+                 logits_to_keep=1)  # logits (u, 1, V)
+    cache = head.get(cache_kw)
+    if cache is None or not hasattr(cache, "reorder_cache"):
+        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True; the "
+                           "shared prompt pass needs one: pass --share_prompt_forward false")
+    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
+    # The last response token predicts nothing we train on: feed T-1 tokens.
+    tail = model(input_ids=resp[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
+                 **{cache_kw: cache}).logits  # (b, T-1, V)
+    lp0, ent0 = dapo.token_logprobs(head.logits[row], resp[:, :1], temperature=cfg.temperature,
+                                    chunk_size=cfg.logprob_chunk)  # (b, 1) each
+    lp1, ent1 = dapo.token_logprobs(tail, resp[:, 1:], temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
+    return torch.cat([lp0, lp1], 1), torch.cat([ent0, ent1], 1)
+
+
+def micro_batches(idx: list[int], batch, cfg) -> list[list[int]]:
+    """Split a mini-batch into micro-batches by count (cfg.micro_batch_size), or by a token
+    budget (cfg.micro_batch_tokens > 0, packed by length). Memory only: the math is unchanged."""
+    if cfg.micro_batch_tokens <= 0:
+        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
+    length = lambda i: len(batch.prompt_ids[i]) + len(batch.response_ids[i])  # noqa: E731
+    out, cur, cur_max = [], [], 0
+    for i in sorted(idx, key=length, reverse=True):
+        if cur and max(cur_max, length(i)) * (len(cur) + 1) > cfg.micro_batch_tokens:
+            out.append(cur)
+            cur, cur_max = [], 0
+        cur.append(i)
+        cur_max = max(cur_max, length(i))
+    return out + [cur] if cur else out
+
+
+def split_minibatches(batch, mini_batch_size: int, dist: Dist) -> list[list[int]]:
+    """This rank's response indices in each mini-batch of a rollout batch (train.Batch).
+
+    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks; its
+    groups are split contiguously across ranks (never a group across two ranks), so 1 process and
+    N processes take identical optimizer steps.
+    """
+    M, n = mini_batch_size, len(batch.response_ids)
+    out = []
+    for start in range(0, n, M):
+        groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, n))})
+        per_rank = len(groups) // dist.world
+        mine = set(groups[dist.rank * per_rank : (dist.rank + 1) * per_rank])
+        out.append([i for i in range(start, min(start + M, n)) if int(batch.group_index[i]) in mine])
+    return out
+
+
+def micro_batches_all_ranks(mb: list[int], batch, cfg, dist: Dist) -> list[tuple[list[int], float]]:
+    """(micro-batch, weight) pairs of a mini-batch: every rank runs the same number of forward
+    passes (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds zero-weight
+    passes over its first micro-batch."""
+    micros = micro_batches(mb, batch, cfg)
+    n_passes = int(all_reduce_max(len(micros), dist))
+    return [(micros[j], 1.0) if j < len(micros) else (micros[0], 0.0) for j in range(n_passes)]
+
+
+def clip_and_step(model, optimizer, grad_clip: float, stats: dict) -> float:
+    """Clip the gradient norm and take the optimizer step; a non-finite gradient never reaches the
+    weights (counted in stats["policy/nonfinite_grad_steps"]). Returns the pre-clip norm."""
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
+    if torch.isfinite(norm):
+        optimizer.step()
+    else:
+        stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
+    optimizer.zero_grad(set_to_none=True)
+    return float(norm)
+

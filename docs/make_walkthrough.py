@@ -8,12 +8,12 @@ real numbers, next to what plain GRPO would have done with the same numbers.
 Nothing in WALKTHROUGH.md is typed by hand: every number comes from running the repository's own
 functions on the default model (assets/tiny-base) and the default task (tiny.py):
 
-    train.load_policy, load_problems, build_prompt        the policy and one prompt
+    plumbing.load_policy, task.Task.read, build_prompt    the policy and one prompt
     rollout.HFEngine.generate                              G answers, seeded
-    train.score_group -> verifier.score, dapo.overlong_penalty   verdicts and rewards
+    train.score_group -> task.Task.score (verifier.py), dapo.overlong_penalty   verdicts and rewards
     dapo.dynamic_sampling_keep, dapo.group_advantages, dapo.overlong_filter
     dapo.aggregate_loss                                    loss weights (its gradient w.r.t. each token)
-    train.build_batch, pad_micro_batch, forward_logprobs, update_policy   old log-probs and ONE step
+    train.build_batch, plumbing.forward_logprobs, train.update_policy   old log-probs and ONE step
     dapo.policy_loss                                       ratios, and which tokens each clip stopped
 
 So the file cannot drift from the code: tests/test_walkthrough.py regenerates it and fails on any
@@ -69,8 +69,10 @@ def build(out_lines: list[str]) -> None:
     import torch
 
     import dapo
+    import plumbing
     import train
     from rollout import HFEngine, SamplingParams
+    from task import Task
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -82,8 +84,9 @@ def build(out_lines: list[str]) -> None:
                        gen_prompts_per_round=1, mini_batch_size=G, micro_batch_size=G, temperature=1.0, top_p=1.0,
                        device="cpu", threads=1)
     train.validate_config(cfg)
-    model, tok = train.load_policy("", device)
-    problems, data_name, _ = train.load_problems("tiny", cfg, held_out=False)
+    model, tok = plumbing.load_policy("", device)
+    task = Task()
+    problems, data_name, _ = task.read("tiny", cfg, held_out=False)
     engine = HFEngine(model, tok)
     expected = MAX_RESPONSE_LEN - OVERLONG_BUFFER
     w = out_lines.append
@@ -93,10 +96,10 @@ def build(out_lines: list[str]) -> None:
     group = None
     for i in range(SEARCH_LIMIT):
         p = problems[i]
-        ids = train.build_prompt(p, tok, cfg)
+        ids = task.build_prompt(p, tok, cfg)
         params = SamplingParams(n=G, max_new_tokens=MAX_RESPONSE_LEN, temperature=1.0, top_p=1.0, seed=SEARCH_SEED + i)
         samples = engine.generate([ids], params)[0]
-        g = train.score_group(p, ids, samples, cfg, 0, 0.0, f"walkthrough-{i}", tok)
+        g = train.score_group(p, ids, samples, cfg, task, tok, group_id=f"walkthrough-{i}")
         n_right = int(g.correct.sum())
         lengths = [len(s.token_ids) for s in samples]
         finished_in_buffer = any(expected < n <= MAX_RESPONSE_LEN and not s.truncated for n, s in zip(lengths, samples))
@@ -222,7 +225,7 @@ def build(out_lines: list[str]) -> None:
     # --- 6. loss weights ------------------------------------------------------------------------------------
     batch = train.build_batch([group], cfg)
     pad_id = engine.pad_id
-    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(G)), pad_id, device)  # (G, P+T) x3, (G, T) x2
+    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(G)), pad_id, device)  # (G, P+T) x3, (G, T) x2
     T = resp.shape[1]
 
     def weights(mode: str) -> torch.Tensor:
@@ -249,25 +252,24 @@ def build(out_lines: list[str]) -> None:
     # --- 7. one optimizer step, ratios --------------------------------------------------------------------------
     model.eval()
     with torch.no_grad():
-        old_logp, entropy = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (G, T) each
+        old_logp, entropy = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (G, T) each
     start = {k: v.clone() for k, v in model.state_dict().items()}
 
     def one_step(step_cfg, step_batch) -> tuple[torch.Tensor, dict]:
         """One train.update_policy step from the start weights; returns the new log-probs (G, T) and stats."""
         model.load_state_dict(start)
         optimizer = torch.optim.AdamW(model.parameters(), lr=DEMO_LR, weight_decay=step_cfg.weight_decay, betas=(0.9, 0.999))
-        stats: dict = {}
-        train.update_policy(model, optimizer, step_batch, step_cfg, train.Dist(), device, pad_id, stats)
+        stats = train.update_policy(model, optimizer, step_batch, step_cfg, plumbing.Dist(), device, pad_id)
         model.eval()
         with torch.no_grad():
-            lp, _ = train.forward_logprobs(model, ids, attn, pos, resp, step_cfg)  # (G, T)
+            lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, step_cfg)  # (G, T)
         return lp, stats
 
     new_logp, stats = one_step(cfg, batch)  # (G, T)
     ratio = torch.exp(new_logp - old_logp) * mask  # (G, T), 0 on padding
     # The same step under plain GRPO: train.PRESETS["grpo"] (no overlong term, sample-level loss, clip 0.2).
     cfg_grpo = dataclasses.replace(cfg, **train.PRESETS["grpo"])
-    group_grpo = train.score_group(group.problem, group.prompt_ids, samples, cfg_grpo, 0, 0.0, group.group_id, tok)
+    group_grpo = train.score_group(group.problem, group.prompt_ids, samples, cfg_grpo, task, tok, group_id=group.group_id)
     new_logp_grpo, _ = one_step(cfg_grpo, train.build_batch([group_grpo], cfg_grpo))  # (G, T)
     ratio_grpo = torch.exp(new_logp_grpo - old_logp) * mask  # (G, T)
     adv_t = adv_dapo[:, None].expand(G, T)  # (G, T)

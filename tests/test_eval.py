@@ -14,6 +14,7 @@ another HF directory (for example one built with `python tiny.py build --steps 2
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_eval.py
 """
 
+import dataclasses
 import itertools
 import json
 import math
@@ -29,8 +30,10 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
+import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
+from task import Dataset, Problem, Task  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # small public datasets (fixtures/README.md)
@@ -160,9 +163,6 @@ class FakeTokenizer:
         return "".join(map(chr, ids))
 
 
-def fake_prompt(problem, tokenizer, cfg):
-    return [ord(c) for c in problem.id]
-
 
 class ScriptedEngine(rollout.Engine):
     """Answers from a script keyed by problem id; truncates at the token budget like a real engine."""
@@ -189,13 +189,15 @@ SCRIPT = {  # id: (4 sampled answers, greedy answer); ground truths 5, 7, 9
     "p1": (["Answer: 1", "Answer: 7", "Answer: 1", "Answer: 7"], "Answer: 2"),  # c=2, tie -> "1", wrong
     "p2": (["x" * 50] * 4, "x"),  # c=0, all truncated at 40, nothing extracted
 }
-PROBLEMS = [train.Problem(pid, [{"role": "user", "content": pid}], ans) for pid, ans in (("p0", "5"), ("p1", "7"), ("p2", "9"))]
+PROBLEMS = [Problem(pid, [{"role": "user", "content": pid}], ans) for pid, ans in (("p0", "5"), ("p1", "7"), ("p2", "9"))]
+DATA = Dataset(PROBLEMS, [[ord(c) for c in p.id] for p in PROBLEMS], "scripted", "0")  # prompt = the id's characters
 CFG = train.Config(eval_k=4, max_response_len=40)
+PARAMS = rollout.SamplingParams(n=4, max_new_tokens=40, temperature=1.0, top_p=0.7, seed=0)
 
 
 def test_evaluate_hand_computed_metrics():
     # Called exactly as train.py calls it (no greedy pass), then with greedy.
-    res = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt)
+    res = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), DATA, PARAMS, CFG, Task())
     m = res["metrics"]
     assert {"avg@4", "pass@1", "pass@2", "pass@4", "maj@4", "mean_length", "truncated_frac", "gen_seconds"} <= set(m)
     assert "greedy_pass@1" not in m
@@ -216,7 +218,7 @@ def test_evaluate_hand_computed_metrics():
     assert (s["n_problems"], s["k"], s["temperature"], s["top_p"], s["max_new_tokens"], s["seed"]) == (3, 4, 1.0, 0.7, 40, 0)
     assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"] == "scripted 1"
 
-    g = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt, greedy=True)
+    g = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True)
     assert g["metrics"]["greedy_pass@1"] == pytest.approx(1 / 3)
     assert [r["greedy_correct"] for r in g["per_problem"]] == [True, False, False]
 
@@ -224,7 +226,7 @@ def test_evaluate_hand_computed_metrics():
 @pytest.mark.parametrize("world", [2, 3, 4])
 def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
     """2-4 simulated ranks (threads; all_gather replaced by a barrier) == 1 process."""
-    one = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt, greedy=True)
+    one = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True)
     slots, barrier = [None] * world, threading.Barrier(world)
 
     def fake_all_gather(obj, dist):
@@ -234,12 +236,12 @@ def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
         barrier.wait()
         return out
 
-    monkeypatch.setattr(train, "all_gather_objects", fake_all_gather)
+    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
     engines, results = [ScriptedEngine(SCRIPT) for _ in range(world)], [None] * world
 
     def run(r):
-        results[r] = ev.evaluate(engines[r], FakeTokenizer(), PROBLEMS, CFG, seed=0, build_prompt=fake_prompt,
-                                 greedy=True, rank=r, world=world)
+        results[r] = ev.evaluate(engines[r], FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True,
+                                 dist=plumbing.Dist(r, world))
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
     for t in threads:
@@ -257,15 +259,21 @@ def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
 # --- inputs: datasets and the checkpoint's config -----------------------------------------------------
 
 
+def _load(spec, limit: int = 0):
+    """(problems, info) of an evaluation set as eval.py reads it (distinct problems, prompts checked)."""
+    data = Task().load(spec, plumbing.load_tokenizer(""), train.Config(), held_out=True, limit=limit)
+    return data.problems, {"dataset": data.name, "dataset_hash": data.hash, **data.info}
+
+
 def test_aime_parquet_has_30_problems_with_32_rows_each():
-    problems, info = ev.load_eval_set(str(AIME_PARQUET), train.Config())
+    problems, info = _load(str(AIME_PARQUET))
     assert len(problems) == 30 and len({p.id for p in problems}) == 30
     assert info["dataset_rows"] == 960 and info["rows_per_problem"] == 32
     assert info["dataset"] == str(AIME_PARQUET)
     assert all(p.answer.isdigit() for p in problems)
-    five, _ = ev.load_eval_set(str(AIME_PARQUET), train.Config(), limit=5)
+    five, _ = _load(str(AIME_PARQUET), limit=5)
     assert [p.id for p in five] == [p.id for p in problems[:5]]
-    jsonl, info = ev.load_eval_set(str(FIXTURES / "aime2024.jsonl"), train.Config())
+    jsonl, info = _load(str(FIXTURES / "aime2024.jsonl"))
     assert len(jsonl) == 30 and info["rows_per_problem"] == 1
     assert [p.answer for p in jsonl] and {p.answer for p in jsonl} == {p.answer for p in problems}
 
@@ -279,38 +287,50 @@ def test_missing_data_names_the_fix(tmp_path):
     assert ev.resolve_data(str(AIME_PARQUET)) == str(AIME_PARQUET)
 
 
-def test_checkpoint_config_is_used_and_flags_override(tmp_path):
+def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
     (run / "final" / "config.json").write_text("{}")
     saved = {"config": {"max_response_len": 77, "max_prompt_len": 300, "instruction": "none", "verifier": "dapo-official",
-                        "trust_remote_code": True, "lr": 0.5, "not_a_field_any_more": 1}}
+                        "prompt_truncation": "left", "trust_remote_code": True, "lr": 0.5, "not_a_field_any_more": 1}}
     (run / "final" / "dapo_run.json").write_text(json.dumps(saved))
     model_dir = ev.resolve_model(str(run))  # a run directory means its final/
     assert model_dir == run / "final"
-    cfg, source = ev.checkpoint_config(model_dir, ev.EvalConfig(k=8))
-    assert (cfg.max_response_len, cfg.max_prompt_len, cfg.instruction, cfg.verifier) == (77, 300, "none", "dapo-official")
-    assert (cfg.eval_k, cfg.eval_temperature, cfg.eval_top_p) == (8, 1.0, 0.7) and source.endswith("dapo_run.json")
+    cfg, source = ev.checkpoint_settings(model_dir, ev.EvalConfig(k=8))
+    assert (cfg.max_response_len, cfg.max_prompt_len, cfg.instruction, cfg.verifier, cfg.prompt_truncation) == \
+        (77, 300, "none", "dapo-official", "left")
+    assert source.endswith("dapo_run.json")
     assert cfg.trust_remote_code is False  # a JSON file must not switch on running model code
-    cfg, _ = ev.checkpoint_config(model_dir, ev.EvalConfig(max_new_tokens=5, verifier="dapo", instruction="dapo"))
+    cfg, _ = ev.checkpoint_settings(model_dir, ev.EvalConfig(max_new_tokens=5, verifier="dapo", instruction="dapo"))
     assert (cfg.max_response_len, cfg.verifier, cfg.instruction) == (5, "dapo", "dapo")
     foreign = tmp_path / "hf"
     foreign.mkdir()
     with pytest.raises(ValueError, match="--max_new_tokens"):
-        ev.checkpoint_config(foreign, ev.EvalConfig())  # budget unknown: refuse to guess
+        ev.checkpoint_settings(foreign, ev.EvalConfig())  # budget unknown: refuse to guess
     with pytest.raises(ValueError, match="--verifier"):
-        ev.checkpoint_config(foreign, ev.EvalConfig(max_new_tokens=5, verifier="nope"))
+        ev.checkpoint_settings(foreign, ev.EvalConfig(max_new_tokens=5, verifier="nope"))
     with pytest.raises(FileNotFoundError):
         ev.resolve_model(str(foreign))
 
 
+def test_model_settings_mirror_train_config():
+    """eval.ModelSettings reads train.Config's fields back from dapo_run.json: same names, same
+    defaults, and the shipped tiny base records exactly those defaults."""
+    defaults = train.Config()
+    for f in dataclasses.fields(ev.ModelSettings):
+        if f.name != "model":
+            assert getattr(defaults, f.name) == f.default, f.name
+    shipped = json.loads((ev.DEFAULT_MODEL / "dapo_run.json").read_text())["config"]
+    assert shipped == {k: getattr(defaults, k) for k in shipped}
+
+
 def test_paper_deviations_lists_each_difference():
-    _, info = ev.load_eval_set(str(AIME_PARQUET), train.Config())
+    _, info = _load(str(AIME_PARQUET))
     paper = {**ev.PAPER_PROTOCOL, **info}
     assert ev.paper_deviations(paper) == []
     dev = ev.paper_deviations({**paper, "verifier": "dapo", "k": 4})
     assert len(dev) == 2 and any(d.startswith("verifier") for d in dev)
-    _, info = ev.load_eval_set(str(FIXTURES / "dapo_math_17k_64.jsonl"), train.Config())  # not AIME 2024
+    _, info = _load(str(FIXTURES / "dapo_math_17k_64.jsonl"))  # not AIME 2024
     assert ev.paper_deviations({**paper, **info}) == [
         f"dataset: {info['dataset']!r} (paper AIME 2024, one of ['aime2024.jsonl', 'aime2024_dapo_eval.parquet'])"]
 

@@ -1,11 +1,11 @@
-"""Tests of `python eval.py report`: the diagnosis of DAPO's four boundaries, and the report itself.
+"""Tests of `python report.py`: the diagnosis of DAPO's four boundaries, and the report itself.
 
 Two kinds:
-  - `eval.diagnose` on synthetic metric histories, one per failure (entropy collapse, contrast
+  - `report.diagnose` on synthetic metric histories, one per failure (entropy collapse, contrast
     loss, length-credit pathology, truncation-dominated reward, verifier exceptions) and a
     healthy one: exactly the expected boundary fires, and nothing on the healthy history;
   - end-to-end: two real 3-step runs of train.py on the tiny default (DAPO, and the same run with
-    every DAPO switch off), then `eval.py report` on one run and on both overlaid; every PNG is
+    every DAPO switch off), then `report.py` on one run and on both overlaid; every PNG is
     opened and must be a real image, and report.md must hold its tables.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_report.py
@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import eval as ev  # noqa: E402
+import report as rp  # noqa: E402
 import train  # noqa: E402
 
 DAPO_CFG = dataclasses.asdict(train.Config())  # the DAPO recipe (every switch on)
@@ -55,24 +55,24 @@ def boundaries(findings) -> list[str]:
 
 @pytest.mark.parametrize("cfg", [DAPO_CFG, GRPO_CFG, None])
 def test_healthy_history_fires_nothing(cfg):
-    assert ev.diagnose(history(), cfg) == []
+    assert rp.diagnose(history(), cfg) == []
 
 
 def test_entropy_collapse_is_exploration():
     hist = history(**{"policy/entropy": lambda s: 0.5 * 0.85**s, "policy/clipfrac_high": lambda s: 0.01 * 0.6**s})
-    (f,) = ev.diagnose(hist, GRPO_CFG)  # eps_high = eps_low: Clip-Higher off
+    (f,) = rp.diagnose(hist, GRPO_CFG)  # eps_high = eps_low: Clip-Higher off
     assert f.boundary == "exploration" and f.severity == "critical" and "--eps_high" in f.switch
     ent = next(e for e in f.evidence if e.metric == "policy/entropy" and e.steps[0] > 0)
     assert ent.steps == (15, 16, 17, 18, 19) and ent.values[-1] < 0.05
-    assert boundaries(ev.diagnose(hist, None)) == ["exploration"]  # no config: still fires
+    assert boundaries(rp.diagnose(hist, None)) == ["exploration"]  # no config: still fires
     # Clip-Higher on and the upper clip acting: a warning that points at eps_high / lr, not at the switch being off.
-    (w,) = ev.diagnose(history(**{"policy/entropy": lambda s: 0.5 * 0.85**s}), DAPO_CFG)
+    (w,) = rp.diagnose(history(**{"policy/entropy": lambda s: 0.5 * 0.85**s}), DAPO_CFG)
     assert w.boundary == "exploration" and w.severity == "warning"
 
 
 def test_entropy_below_absolute_floor_from_the_start_is_exploration():
     hist = history(**{"policy/entropy": 0.004, "policy/clipfrac_high": 0.0})
-    assert boundaries(ev.diagnose(hist, DAPO_CFG)) == ["exploration"]
+    assert boundaries(rp.diagnose(hist, DAPO_CFG)) == ["exploration"]
 
 
 def test_contrast_loss_with_dynamic_sampling_at_its_budget():
@@ -80,26 +80,26 @@ def test_contrast_loss_with_dynamic_sampling_at_its_budget():
     hist = history(**{"groups/all_correct_frac": lambda s: 0.2 + 0.05 * s, "groups/all_wrong_frac": 0.2,
                       "groups/kept_frac": lambda s: 0.6 - 0.03 * s, "groups/gen_rounds": lambda s: 4 if late(s) else 1,
                       "groups/exhausted": lambda s: 1.0 if s >= 17 else None})
-    (f,) = ev.diagnose(hist, DAPO_CFG)  # max_gen_rounds = 4
+    (f,) = rp.diagnose(hist, DAPO_CFG)  # max_gen_rounds = 4
     assert f.boundary == "contrast" and f.severity == "critical" and "--dynamic_sampling" in f.switch
     assert {e.metric for e in f.evidence} >= {"groups/all_correct_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted"}
 
 
 def test_contrast_loss_without_dynamic_sampling():
     hist = history(**{"groups/all_correct_frac": 0.6, "groups/all_wrong_frac": 0.3, "groups/kept_frac": 0.67})
-    (f,) = ev.diagnose(hist, {**DAPO_CFG, "dynamic_sampling": False})
+    (f,) = rp.diagnose(hist, {**DAPO_CFG, "dynamic_sampling": False})
     assert f.boundary == "contrast" and f.severity == "critical" and "off" in f.message
-    assert ev.diagnose(history(**{"groups/all_correct_frac": 0.5, "groups/all_wrong_frac": 0.2}), DAPO_CFG) == []
+    assert rp.diagnose(history(**{"groups/all_correct_frac": 0.5, "groups/all_wrong_frac": 0.2}), DAPO_CFG) == []
 
 
 def test_long_wrong_answers_under_sample_mean_are_credit():
     grow = {"length/mean": lambda s: 100 + 8 * s, "length/wrong_mean": lambda s: 110 + 12 * s, "length/correct_mean": 90.0}
-    (f,) = ev.diagnose(history(**grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
+    (f,) = rp.diagnose(history(**grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
     assert f.boundary == "credit" and f.severity == "critical" and "token-mean" in f.switch
     # Negative control: the token-level loss already weighs every token alike; nothing fires.
-    assert ev.diagnose(history(**grow), DAPO_CFG) == []
+    assert rp.diagnose(history(**grow), DAPO_CFG) == []
     # Too short a history for a trend: nothing fires.
-    assert ev.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
+    assert rp.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
 
 
 def test_truncation_dominated_reward_is_reward():
@@ -107,29 +107,29 @@ def test_truncation_dominated_reward_is_reward():
            "length/mean": lambda s: 150 + 5 * s}
     # Under GRPO (sample-level mean, no overlong shaping): long wrong answers explained by the budget
     # are the reward boundary, not credit.
-    (f,) = ev.diagnose(history(**cut), GRPO_CFG)
+    (f,) = rp.diagnose(history(**cut), GRPO_CFG)
     assert f.boundary == "reward" and f.severity == "critical" and "--overlong_penalty" in f.switch
-    (w,) = ev.diagnose(history(**cut), DAPO_CFG)
+    (w,) = rp.diagnose(history(**cut), DAPO_CFG)
     assert w.boundary == "reward" and w.severity == "warning" and "--max_response_len" in w.message
 
 
 def test_verifier_exceptions_are_reward():
-    (f,) = ev.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
+    (f,) = rp.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
     assert f.boundary == "reward" and "verifier" in f.switch and f.evidence[0].metric == "verifier/exceptions"
 
 
 def test_diagnose_rejects_an_empty_history():
     with pytest.raises(ValueError, match="at least one logged step"):
-        ev.diagnose([], None)
+        rp.diagnose([], None)
 
 
 def test_age_buckets_are_powers_of_two():
-    assert [ev.age_bucket(a)[1] for a in (0, 1, 2, 3, 4, 7, 8, 100)] == ["0", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "64-127"]
-    rows = ev.age_slices([{"learner_version": 5, "policy_version": v, "reward": r, "correct": r > 0, "response_tokens": 10}
+    assert [rp.age_bucket(a)[1] for a in (0, 1, 2, 3, 4, 7, 8, 100)] == ["0", "1", "2-3", "2-3", "4-7", "4-7", "8-15", "64-127"]
+    rows = rp.age_slices([{"learner_version": 5, "policy_version": v, "reward": r, "correct": r > 0, "response_tokens": 10}
                           for v, r in ((5, 1.0), (5, -1.0), (4, 1.0), (1, -1.0))])
     assert [r[:3] for r in rows] == [["0", 2, 0.0], ["1", 1, 1.0], ["4-7", 1, -1.0]]
     with pytest.raises(ValueError, match="before it existed"):
-        ev.age_bucket(-1)
+        rp.age_bucket(-1)
 
 
 # --- the report on real tiny runs -------------------------------------------------------------------
@@ -154,7 +154,7 @@ def assert_pngs(out, names):
 
 
 def test_report_of_one_real_run(runs, capsys):
-    res = ev.main(["report", str(runs[0])])
+    res = rp.main([str(runs[0])])
     out = runs[0] / "report"
     assert res["out"] == out and (out / "report.md").is_file() and (out / "diagnosis.json").is_file()
     assert {"reward.png", "length.png", "length_hist.png", "entropy.png", "clipfrac.png", "groups.png", "time.png"} <= set(res["plots"])
@@ -186,7 +186,7 @@ def test_probe_plot_appears_with_probe_metrics_and_is_skipped_without(runs, tmp_
             for r in rows[::2]:
                 r["probe/avg@4"] = 0.25 + 0.01 * r["step"]
         (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        res = ev.run_report([d])
+        res = rp.run_report([d])
         assert ("probe.png" in res["plots"]) == probes
         md = (d / "report" / "report.md").read_text()
         assert ("probe.png skipped" in md) == (not probes)
@@ -195,7 +195,7 @@ def test_probe_plot_appears_with_probe_metrics_and_is_skipped_without(runs, tmp_
 
 
 def test_report_of_two_runs_overlays_them(runs, tmp_path):
-    res = ev.main(["report", str(runs[0]), str(runs[1]), "--out", str(tmp_path / "ab")])
+    res = rp.main([str(runs[0]), str(runs[1]), "--out", str(tmp_path / "ab")])
     out = tmp_path / "ab"
     assert_pngs(out, res["plots"])
     md = (out / "report.md").read_text()
@@ -209,4 +209,4 @@ def test_report_of_two_runs_overlays_them(runs, tmp_path):
 
 def test_report_rejects_a_directory_that_is_not_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
-        ev.run_report([tmp_path])
+        rp.run_report([tmp_path])

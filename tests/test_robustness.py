@@ -21,7 +21,9 @@ import torch
 from safetensors.torch import load_file
 
 import dapo
+import plumbing
 import train
+from task import Task
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6", "--mini_batch_size", "8",
@@ -104,7 +106,7 @@ def test_nonfinite_update_never_reaches_the_weights(tmp_path, monkeypatch):
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    base, _ = train.load_policy("", torch.device("cpu"))
+    base, _ = plumbing.load_policy("", torch.device("cpu"))
     monkeypatch.setattr(dapo, "policy_loss", nan_loss)
     with pytest.raises(RuntimeError, match="3 rollout steps in a row had only non-finite gradients"):
         train.main(["--run_dir", str(tmp_path / "n"), "--steps", "10", *SMALL, "--eval_data=", "--dynamic_sampling", "false"])
@@ -142,14 +144,14 @@ def test_staleness_buffer_reuses_surplus_groups(tmp_path):
     ({"problem": "", "answer": "3"}, "'problem'"),
     ({"problem": "What is 1+2?"}, "'answer'"),
     ({"problem": "What is 1+2?", "answer": 3}, "'answer'"),
-    ({"problem": "What is 1+2?", "answer": "x+1"}, "not an integer"),
+    ({"problem": "What is 1+2?", "answer": "x+1"}, r"ground truth 'x\+1' cannot be scored"),
 ])
 def test_bad_rows_are_named_before_training(tmp_path, row, field):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"problem": "What is 2+2?", "answer": "4"}) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(ValueError, match=field):
-        train.load_problems(str(path), train.Config(), held_out=False)
-    problems, _, _ = train.load_problems(str(path), train.Config(skip_bad_rows=True), held_out=False)
+        Task().read(str(path), train.Config(), held_out=False)
+    problems, _, _ = Task().read(str(path), train.Config(skip_bad_rows=True), held_out=False)
     assert [p.answer for p in problems] == ["4"]
 
 
@@ -161,22 +163,23 @@ def test_malformed_parquet_chat_and_unreadable_file(tmp_path):
     pq.write_table(pa.table({"prompt": [[{"role": "user", "content": "What is 1+1?"}], []],
                              "reward_model": [{"ground_truth": "2"}, {"ground_truth": "3"}]}), path)
     with pytest.raises(ValueError, match=r"bad.parquet row 1: field 'prompt'"):
-        train.load_problems(str(path), train.Config(), held_out=False)
+        Task().read(str(path), train.Config(), held_out=False)
     junk = tmp_path / "junk.parquet"
     junk.write_bytes(b"not parquet")
     with pytest.raises(ValueError, match="not a readable parquet file"):
-        train.load_problems(str(junk), train.Config(), held_out=False)
+        Task().read(str(junk), train.Config(), held_out=False)
 
 
 def test_prompt_longer_than_the_budget(tmp_path):
-    _, tok = train.load_policy("", torch.device("cpu"))
-    problems, _, _ = train.load_problems("tiny", train.Config(), held_out=False)
+    tok = plumbing.load_tokenizer("")
+    path = tmp_path / "five.jsonl"
+    path.write_text("".join(json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(5)))
     with pytest.raises(ValueError, match="exceed --max_prompt_len 10"):
-        train.prepare_prompts(problems[:5], tok, train.Config(max_prompt_len=10))
-    kept, ids = train.prepare_prompts(problems[:5], tok, train.Config(max_prompt_len=10, prompt_truncation="left"))
-    assert len(kept) == 5 and all(len(x) == 10 for x in ids)
-    with pytest.raises(ValueError, match="no prompt fits"):
-        train.prepare_prompts(problems[:5], tok, train.Config(max_prompt_len=10, prompt_truncation="skip"))
+        Task().load(str(path), tok, train.Config(max_prompt_len=10), held_out=False)
+    data = Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="left"), held_out=False)
+    assert len(data) == 5 and all(len(x) == 10 for x in data.prompt_ids)
+    with pytest.raises(ValueError, match="no prompt of .* fits"):
+        Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="skip"), held_out=False)
 
 
 def test_safe_loading_refuses_pickled_weights(tmp_path):
@@ -189,4 +192,4 @@ def test_safe_loading_refuses_pickled_weights(tmp_path):
     (model_dir / "model.safetensors").unlink()
     torch.save(weights, model_dir / "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors|model.safetensors"):
-        train.load_policy(str(model_dir), torch.device("cpu"))
+        plumbing.load_policy(str(model_dir), torch.device("cpu"))

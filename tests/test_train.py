@@ -15,14 +15,16 @@ import math
 import pytest
 import torch
 
+import plumbing
 import train
 import verifier
 from rollout import Engine, Sample
+from task import Dataset, Task
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    model, tok = train.load_policy("", torch.device("cpu"))
+    model, tok = plumbing.load_policy("", torch.device("cpu"))
     return model, tok
 
 
@@ -63,8 +65,8 @@ def test_end_to_end_tiny_default(tmp_path):
     from transformers import AutoModelForCausalLM
 
     final = AutoModelForCausalLM.from_pretrained(run / "final")
-    train.load_tokenizer(str(run / "final"))  # raises unless the saved tokenizer round-trips text
-    base, _ = train.load_policy("", torch.device("cpu"))
+    plumbing.load_tokenizer(str(run / "final"))  # raises unless the saved tokenizer round-trips text
+    base, _ = plumbing.load_policy("", torch.device("cpu"))
     diff = max((a - b).abs().max().item() for a, b in zip(final.parameters(), base.parameters()))
     assert diff > 0, "two DAPO steps left the weights unchanged"
 
@@ -98,9 +100,8 @@ def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
     for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        stats = {}
-        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), train.Dist(), torch.device("cpu"),
-                            tok.pad_token_id, stats)
+        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(), torch.device("cpu"),
+                            tok.pad_token_id)
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in model0.parameters()])
     assert (results[0] - start).abs().max() > 1e-6  # the step moved the weights
@@ -126,18 +127,20 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
     _, tok = tiny
     cfg = train.Config(group_size=4, prompts_per_step=2, gen_prompts_per_round=3, max_gen_rounds=3,
                        mini_batch_size=8, on_exhausted=policy)
-    problems, _, _ = train.load_problems("tiny", cfg, held_out=False)
-    problems = problems[:20]
-    prompt_ids = [train.build_prompt(p, tok, cfg) for p in problems]
-    stream = train.PromptStream(len(problems), 0)
-    stats = {}
+    data = _tiny_data(tok, cfg, 20)
+    stream = train.PromptStream(len(data), 0)
     if policy == "error":
         with pytest.raises(RuntimeError, match="dynamic sampling kept 0/2 groups after 3 rounds"):
-            train.collect_groups(0, _AllWrongEngine(), stream, problems, prompt_ids, cfg, train.Dist(), tok, stats)
+            train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
         return
-    kept = train.collect_groups(0, _AllWrongEngine(), stream, problems, prompt_ids, cfg, train.Dist(), tok, stats)
-    assert kept == [] and stats["groups/gen_rounds"] == 3 and stats["groups/exhausted"] == 1.0
-    assert len(stats["_generated"]) == 9 and stream.position == 9
+    out = train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
+    assert out.kept == [] and out.stats["groups/gen_rounds"] == 3 and out.stats["groups/exhausted"] == 1.0
+    assert len(out.generated) == 9 and stream.position == 9
+
+
+def _tiny_data(tok, cfg, n: int) -> Dataset:
+    """The first n training problems of the tiny task, with their prompts."""
+    return Task().load("tiny", tok, cfg, held_out=False).head(n)
 
 
 def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
@@ -146,15 +149,14 @@ def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
     _, tok = tiny
     cfg = train.Config(group_size=4, prompts_per_step=2, gen_prompts_per_round=3, max_gen_rounds=1,
                        mini_batch_size=8, on_exhausted="skip", max_rollout_age=2)
-    problems = train.load_problems("tiny", cfg, held_out=False)[0][:20]
-    prompt_ids = [train.build_prompt(p, tok, cfg) for p in problems]
-    old = train.score_group(problems[0], prompt_ids[0], [Sample([5, 1], "stop")] * 4, cfg, 0, 0.0, "0-0-0", tok)
+    data = _tiny_data(tok, cfg, 20)
+    old = train.score_group(data.problems[0], data.prompt_ids[0], [Sample([5, 1], "stop")] * 4, cfg, Task(), tok)
     old.policy_version, old.kept = 0, True
-    buffer, stats = [old], {}
-    kept = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(problems), 0), problems, prompt_ids, cfg,
-                                train.Dist(), tok, stats, buffer)
-    assert kept == [] and stats["groups/exhausted"] == 1.0
-    assert buffer == [old] and old.kept and stats["groups/buffered"] == 1
+    buffer = [old]
+    out = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(), tok,
+                               Task(), buffer)
+    assert out.kept == [] and out.stats["groups/exhausted"] == 1.0
+    assert buffer == [old] and old.kept and out.stats["groups/buffered"] == 1
 
 
 def test_prompt_stream_is_seeded_and_covers_each_epoch():
@@ -170,9 +172,9 @@ def test_bad_dataset_rows_are_named(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"problem": "1+1?", "answer": "2"}) + "\n" + json.dumps({"problem": "2+2?"}) + "\n")
     with pytest.raises(ValueError, match=r"bad.jsonl row 1: field 'answer'"):
-        train.load_problems(str(bad), cfg, held_out=False)
+        Task().read(str(bad), cfg, held_out=False)
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        train.load_problems(str(tmp_path / "missing.jsonl"), cfg, held_out=False)
+        Task().read(str(tmp_path / "missing.jsonl"), cfg, held_out=False)
 
 
 def test_config_rejects_inconsistent_settings():
@@ -214,12 +216,12 @@ def test_shared_prompt_forward_equals_plain_forward(tiny, temperature):
     model = copy.deepcopy(model).double()
     batch = _random_batch(tok, n_groups=4, G=4, seed=3)
     idx = list(range(2, 16)) + [0]  # group 0 is split: rows 2, 3 and 0; rows 4..15 are whole groups
-    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, idx, tok.pad_token_id, torch.device("cpu"))
+    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, idx, tok.pad_token_id, torch.device("cpu"))
     out = {}
     for share in (False, True):
         cfg = train.Config(temperature=temperature, share_prompt_forward=share)
         model.zero_grad()
-        logp, ent = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T) each
+        logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T) each
         (logp * mask).sum().backward()
         grad = torch.cat([p.grad.flatten() for p in model.parameters()])
         out[share] = (logp.detach() * mask, ent * mask, grad)
@@ -235,13 +237,13 @@ def test_shared_prompt_forward_skipped_under_activation_checkpointing(tiny):
     """Gradient checkpointing turns the KV cache off in training mode: the plain pass is used."""
     model0, tok = tiny
     model = copy.deepcopy(model0)
-    train.set_activation_checkpointing(model, True)
+    plumbing.set_activation_checkpointing(model, True)
     model.train()
     batch = _random_batch(tok, n_groups=2, G=4, seed=4)
-    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
-    lp, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-    train.set_activation_checkpointing(model, False)
-    ref, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
+    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
+    lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
+    plumbing.set_activation_checkpointing(model, False)
+    ref, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
     assert ((lp - ref).abs() * mask).max() < 1e-5
 
 
@@ -250,7 +252,7 @@ def test_load_policy_turns_dropout_off(tmp_path):
     first mini-batch's old log-probs (its own detached forward pass) rely on."""
     import shutil
 
-    src = train.REPO / "assets" / "tiny-base"
+    src = plumbing.DEFAULT_MODEL
     shutil.copytree(src, tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     cfg["attention_dropout"] = 0.5
@@ -260,7 +262,7 @@ def test_load_policy_turns_dropout_off(tmp_path):
     ids = torch.randint(2, 80, (4, 24))
     raw = AutoModelForCausalLM.from_pretrained(tmp_path / "m").train()
     assert not torch.equal(raw(input_ids=ids).logits, raw(input_ids=ids).logits)  # dropout is live when loaded plainly
-    model, _ = train.load_policy(str(tmp_path / "m"), torch.device("cpu"))
+    model, _ = plumbing.load_policy(str(tmp_path / "m"), torch.device("cpu"))
     model.train()
     assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
 
@@ -345,10 +347,10 @@ def test_sliding_window_models_take_the_plain_pass(tiny):
                           "max_window_layers": 0, "layer_types": ["sliding_attention"] * 3})
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(conf).eval()
-    assert not train._full_attention_only(model) and train._full_attention_only(model0)
+    assert not plumbing.full_attention_only(model) and plumbing.full_attention_only(model0)
     batch = _random_batch(tok, n_groups=2, G=4, seed=5)
-    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
+    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
     with torch.no_grad():
-        a, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-        b, _ = train.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
+        a, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
+        b, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
     assert torch.equal(a * mask, b * mask)

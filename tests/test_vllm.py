@@ -3,7 +3,7 @@
 Skipped as a whole when `import vllm` fails (the main environment does not install vLLM; the
 README says how to make the vLLM one). What is checked, each against the trainer itself:
   1. the sampler's log-probs (Sample.logprobs) equal the trainer's forward + dapo.token_logprobs
-     at the training temperature, through train.forward_logprobs with left padding (99% of tokens
+     at the training temperature, through plumbing.forward_logprobs with left padding (99% of tokens
      within 1e-5, all within 1e-4: see assert_logprobs_match);
   2. after the trainer's weights change, sync_weights makes the engine follow them (module or
      state dict; in-process iterator or RAM-disk path), and a skipped sync is caught by check_sync;
@@ -34,6 +34,7 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
 import train  # noqa: E402
@@ -57,7 +58,7 @@ def model_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def policy(model_dir):
-    return train.load_policy(str(model_dir), torch.device("cpu"))  # (model, tokenizer), fp32
+    return plumbing.load_policy(str(model_dir), torch.device("cpu"))  # (model, tokenizer), fp32
 
 
 @pytest.fixture(scope="module")
@@ -76,17 +77,17 @@ def prompts(policy):
 
 
 def trainer_logprobs(model, prompts_, samples, temperature):
-    """The trainer's log-probs of each sample's tokens: train.pad_micro_batch + train.forward_logprobs."""
+    """The trainer's log-probs of each sample's tokens: plumbing.pad_micro_batch + plumbing.forward_logprobs."""
     flat = [(p, s) for p, group in zip(prompts_, samples) for s in group]
     batch = train.Batch(
         prompt_ids=[p for p, _ in flat], response_ids=[s.token_ids for _, s in flat],
         advantages=torch.zeros(len(flat)), mask_rows=torch.ones(len(flat)),
         group_index=torch.zeros(len(flat), dtype=torch.long), sampler_logp=[s.logprobs for _, s in flat],
     )
-    ids, attn, pos, resp, mask = train.pad_micro_batch(batch, list(range(len(flat))), pad_id=0, device="cpu")
+    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id=0, device="cpu")
     cfg = train.Config(temperature=temperature)  # the trainer's defaults (shared prompt pass included)
     with torch.no_grad():
-        logp, _ = train.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (B, T)
+        logp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (B, T)
     return [logp[i, : len(s.token_ids)].tolist() for i, (_, s) in enumerate(flat)]
 
 
@@ -238,14 +239,14 @@ def test_too_long_request_fails_before_generating(engine, prompts):
         engine.generate(prompts, SamplingParams(n=1, max_new_tokens=MAX_MODEL_LEN))
 
 
-def test_make_engine_dispatch(policy):
-    # Only the argument checks: a second in-process vLLM engine would cost another start-up.
+def test_make_engine_dispatch(policy, model_dir):
+    # Only the argument checks and the one "auto" rule: a second in-process vLLM engine would cost another start-up.
     model, tok = policy
-    with pytest.raises(ValueError, match="model_dir"):
-        rollout.make_engine("vllm", model, tok, seed=0, max_model_len=MAX_MODEL_LEN)
-    with pytest.raises(ValueError, match="unknown engine"):
-        rollout.make_engine("sglang", model, tok)
-    assert isinstance(rollout.make_engine("hf", model, tok), rollout.HFEngine)
+    kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device="cpu", seed=0, max_model_len=MAX_MODEL_LEN)
+    with pytest.raises(ValueError, match="--engine must be one of"):
+        rollout.make_engine("sglang", **kw)
+    assert isinstance(rollout.make_engine("hf", **kw), rollout.HFEngine)
+    assert rollout.resolve_engine("auto") == "vllm" and rollout.resolve_engine("hf") == "hf"  # vLLM is installed here
 
 
 def test_training_loop_two_steps_with_vllm(tmp_path):

@@ -1,0 +1,439 @@
+"""A run's directory: metrics and rollout logs, checkpoints and resume, signals and the time budget.
+
+Plumbing a learner may skip on first reading (with plumbing.py). What a run directory holds:
+
+    config.json            run id, the whole config, data and verifier versions, engine
+    metrics.jsonl          one line per rollout step (README "Metrics")
+    rollouts.jsonl         one RolloutRecord per rollout, with its provenance (rollout.py)
+    probe_rollouts.jsonl   the fixed probe set's rollouts
+    checkpoints/           resumable checkpoints (atomic; `latest` names the newest)
+    final/                 the trained model in HF format, with dapo_run.json (what eval.py reads)
+    summary.json           held-out before and after, the run's duration
+    tb/                    TensorBoard events (--tensorboard true)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import dataclasses
+import datetime
+
+import numpy as np
+import torch
+
+import rollout
+import verifier
+from plumbing import Dist, all_reduce_max, barrier, close_distributed, save_hf
+
+
+# --- checkpoints --------------------------------------------------------------------------------
+
+
+def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, config: dict, dist: Dist,
+                    keep: int) -> Path:
+    """Atomic, resumable checkpoint after `step` completed rollout steps.
+
+    Model and optimizer go through torch.distributed.checkpoint (each rank writes its shards);
+    everything else (counters, data position, staleness buffer, RNG states, config) is JSON.
+    Written into a temporary directory renamed into place, so a crash mid-write never leaves a
+    checkpoint that loads wrongly; `latest` names the newest; only the newest `keep` are kept.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    root = run_dir / "checkpoints"
+    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
+    if dist.main:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    barrier(dist)
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    with warnings.catch_warnings():  # one process: DCP warns that it assumes a single process, which is right
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+    if dist.main:
+        np_state = np.random.get_state()
+        trainer = {**state, "step": step, "config": config, "scheduler": scheduler.state_dict(),
+                   "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
+                           "torch": torch.get_rng_state().tolist()}}
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
+        (root / "latest.tmp").write_text(final.name + "\n")
+        os.replace(root / "latest.tmp", root / "latest")
+        for old in sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))[:-keep]:
+            shutil.rmtree(old)
+    barrier(dist)
+    return final
+
+
+def find_checkpoint(run_dir: Path, resume: str) -> Path:
+    """The checkpoint directory --resume names: 'latest' (RUN_DIR/checkpoints/latest) or a path.
+
+    Raises FileNotFoundError naming the fix.
+    """
+    latest = run_dir / "checkpoints" / "latest"
+    if resume == "latest" and not latest.is_file():
+        raise FileNotFoundError(f"--resume latest: {run_dir} holds no checkpoint ({latest} is missing); pass the "
+                                "--run_dir of the run to continue, or a checkpoint directory, or drop --resume")
+    ckpt = run_dir / "checkpoints" / latest.read_text().strip() if resume == "latest" else Path(resume)
+    if not (ckpt / "trainer_state.json").exists():
+        raise FileNotFoundError(f"--resume {resume!r}: no checkpoint at {ckpt} (expected trainer_state.json)")
+    return ckpt
+
+
+def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defaults: dict, free: set,
+                    allow_change: bool) -> dict:
+    """Restore model, optimizer, scheduler and RNG states; return the trainer state.
+
+    config: this run's config as a dict; defaults: the config class's defaults (a field added
+    after the checkpoint was written counts as its default); free: fields that may differ.
+
+    Raises:
+        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change.
+    """
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    trainer = json.loads((path / "trainer_state.json").read_text())
+    saved = {**defaults, **trainer["config"]}
+    diff = {k: (saved.get(k), v) for k, v in config.items() if k not in free and saved.get(k) != v}
+    if diff and not allow_change:
+        raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
+                         "settings, or pass --resume_allow_config_change true")
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    sd = {"model": model_sd, "optim": optim_sd}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(sd, checkpoint_id=str(path))
+    set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    scheduler.load_state_dict(trainer["scheduler"])
+    rng = trainer["rng"]
+    random.setstate(_tuplify(rng["python"]))
+    np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], dtype=np.uint32), *rng["numpy"][2:]))
+    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
+    return trainer
+
+
+def _jsonable(x):
+    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _tuplify(x):
+    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
+
+
+# --- run logging --------------------------------------------------------------------------------
+
+
+def clean(stats: dict) -> dict:
+    """JSON-safe metrics: NaN/inf become null."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in stats.items()}
+
+
+def peak_memory_gb(device) -> float:
+    """Peak process RSS (CPU) or max allocated accelerator memory (GPU), GiB."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+
+
+def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
+    """Per-step diagnostics of everything generated, and of what was trained on (README "Metrics").
+
+    generated, kept: train.Group lists. cfg: group_size, degenerate_min_len, degenerate_share.
+    """
+    m: dict = {"groups/generated": len(generated), "groups/kept": len(kept),
+               "groups/kept_frac": len(kept) / max(len(generated), 1)}
+    if generated:
+        G = cfg.group_size
+        lengths = np.array([len(s.token_ids) for g in generated for s in g.samples])
+        correct = np.array([bool(c) for g in generated for c in g.correct])
+        trunc = np.array([s.truncated for g in generated for s in g.samples])
+        n_correct = np.array([int(g.correct.sum()) for g in generated])
+        when = lambda sel, f: f(sel) if sel.any() else None  # noqa: E731
+        m.update({
+            "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
+            "train/correct_frac": float(correct.mean()),
+            "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
+            "groups/all_correct_frac": float((n_correct == G).mean()),
+            "groups/all_wrong_frac": float((n_correct == 0).mean()),
+            "length/mean": float(lengths.mean()),
+            "length/median": float(np.median(lengths)),
+            "length/p90": float(np.percentile(lengths, 90)),
+            "length/max": int(lengths.max()),
+            "length/truncated_frac": float(trunc.mean()),
+            "length/correct_mean": when(correct, lambda c: float(lengths[c].mean())),
+            "length/correct_p90": when(correct, lambda c: float(np.percentile(lengths[c], 90))),
+            "length/wrong_mean": when(~correct, lambda w: float(lengths[w].mean())),
+            "length/wrong_p90": when(~correct, lambda w: float(np.percentile(lengths[w], 90))),
+            "length/truncated_frac_correct": when(correct, lambda c: float(trunc[c].mean())),
+            "length/truncated_frac_wrong": when(~correct, lambda w: float(trunc[w].mean())),
+            # A response made mostly of one repeated token is a sign of broken weights.
+            "rollout/degenerate_frac": float(np.mean([degenerate(s.token_ids, cfg.degenerate_min_len, cfg.degenerate_share)
+                                                      for g in generated for s in g.samples])),
+        })
+        reasons: dict[str, int] = {}
+        for g in generated:
+            for sc in g.scores:
+                reasons[sc.reason] = reasons.get(sc.reason, 0) + 1
+        for r, c in sorted(reasons.items()):
+            m[f"verifier/{r}"] = c
+        m["verifier/exceptions"] = sum(c for r, c in reasons.items() if r in verifier.EXCEPTION_REASONS)
+    # Trained samples sliced by rollout age (bounded staleness).
+    for age in sorted({step - g.policy_version for g in kept}):
+        part = [g for g in kept if step - g.policy_version == age]
+        m[f"age/{age}/groups"] = len(part)
+        m[f"age/{age}/reward_mean"] = float(torch.cat([g.reward for g in part]).mean())
+        m[f"age/{age}/correct_frac"] = float(torch.cat([g.correct for g in part]).float().mean())
+        m[f"age/{age}/length_mean"] = float(np.mean([len(s.token_ids) for g in part for s in g.samples]))
+    return m
+
+
+def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
+    """True if a response of at least min_len tokens is >= share one single token."""
+    return len(tokens) >= min_len and max(tokens.count(t) for t in set(tokens)) >= share * len(tokens)
+
+
+class StopSignal:
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly."""
+
+    def __init__(self):
+        self.hit = False
+        self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handle(self, signum, frame):
+        if self.hit:  # a second signal stops at once
+            raise KeyboardInterrupt
+        self.hit = True
+        print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
+
+    def restore(self):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+class RunLog:
+    """The files of a run directory, written by rank 0 only (other ranks hold a RunLog that writes nothing).
+
+    config.json (run id, config, data and verifier versions, engine), metrics.jsonl (one line per
+    rollout step), rollouts.jsonl (one RolloutRecord per rollout), probe_rollouts.jsonl, and
+    optionally TensorBoard (RUN_DIR/tb) and Weights & Biases. A resumed run first drops the lines
+    of the step that was in flight (step >= start), so every file holds each step exactly once.
+    """
+
+    FILES = ("metrics.jsonl", "rollouts.jsonl", "probe_rollouts.jsonl")
+
+    def __init__(self, run_dir: Path, meta: dict, dist: Dist, *, start: int, tensorboard: bool, wandb_project: str):
+        from rollout import RolloutWriter
+
+        self.dist, self.tb, self.wb = dist, None, None
+        if not dist.main:
+            return
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in self.FILES:
+            _truncate_jsonl(run_dir / name, lambda r: r["step"] < start)
+        (run_dir / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
+        self.rollouts = RolloutWriter(run_dir / "rollouts.jsonl")
+        self.metrics = open(run_dir / "metrics.jsonl", "a")
+        self.probes = open(run_dir / "probe_rollouts.jsonl", "a")
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter  # needs `pip install tensorboard`
+
+            self.tb = SummaryWriter(str(run_dir / "tb"))
+        if wandb_project:
+            import wandb  # needs `pip install wandb`
+
+            self.wb = wandb.init(project=wandb_project, name=meta["run_id"], config=meta["config"], resume="allow")
+
+    def scalars(self, scalars: dict, step: int) -> None:
+        """Numbers to TensorBoard and W&B when asked for; the files get them regardless."""
+        nums = {k: v for k, v in clean(scalars).items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        if self.tb:
+            for k, v in nums.items():
+                self.tb.add_scalar(k, v, step)
+        if self.wb:
+            self.wb.log(nums, step=step)
+
+    def step(self, stats: dict, records: list, probe_records: list) -> None:
+        """One rollout step: its rollout records, probe records and metrics line, flushed."""
+        if not self.dist.main:
+            return
+        if probe_records:
+            self.probes.write("".join(json.dumps(r) + "\n" for r in probe_records))
+            self.probes.flush()
+        self.rollouts.write(records)
+        self.metrics.write(json.dumps(clean(stats)) + "\n")
+        self.metrics.flush()
+        self.scalars(stats, stats["step"])
+
+    def close(self) -> None:
+        if not self.dist.main:
+            return
+        for f in (self.rollouts, self.metrics, self.probes, self.tb):
+            if f:
+                f.close()
+        if self.wb:
+            self.wb.finish()
+
+
+def _truncate_jsonl(path: Path, keep) -> None:
+    """Keep only the lines of a JSONL file for which keep(record) is true (resume: drop the step in flight)."""
+    if path.exists():
+        lines = [l for l in path.read_text().splitlines() if l.strip() and keep(json.loads(l))]
+        path.write_text("".join(l + "\n" for l in lines))
+
+
+# --- a run's bookkeeping ----------------------------------------------------------------------------
+
+
+class Run:
+    """A run's bookkeeping: the step range and progress bar, records and metrics per step, the
+    resource envelope, checkpoints, the wall-clock budget and SIGINT/SIGTERM, the end of the run.
+
+    cfg: train.Config. prov: the provenance every rollout record carries (dataset, dataset_hash,
+    template_hash, model_id). max_prompt_len: the longest training prompt, in tokens.
+    """
+
+    def __init__(self, cfg, dist: Dist, device, run_id: str, start: int, log: RunLog, prov: dict, engine, tokenizer,
+                 max_prompt_len: int):
+        self.cfg, self.dist, self.device, self.run_id, self.start, self.log = cfg, dist, device, run_id, start, log
+        self.prov, self.engine, self.tokenizer, self.max_prompt_len = prov, engine, tokenizer, max_prompt_len
+        self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
+        self.t_run = self.t_step = time.perf_counter()
+
+    def steps(self):
+        """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
+        from tqdm import tqdm
+
+        self.bar = tqdm(range(self.start, self.cfg.steps), disable=not self.dist.main, dynamic_ncols=True, desc="dapo",
+                        initial=self.start, total=self.cfg.steps)
+        self.t_run = time.perf_counter()
+        for step in self.bar:
+            self.t_step = time.perf_counter()
+            self.last_step = step
+            yield step
+            if self.out_of_time:
+                break
+
+    def end_step(self, step: int, stats: dict, rollouts, advantages, buffer: list, probe_records: list) -> None:
+        """Timing, the resource envelope, every group that left the pipeline as rollout records, the
+        metrics line; then whether a signal or the time budget ends the run after this step.
+
+        rollouts: train.Rollouts; advantages: (kept groups, G) or None; buffer: groups kept for later."""
+        cfg, generated, kept = self.cfg, rollouts.generated, rollouts.kept
+        stats["time/step"] = time.perf_counter() - self.t_step
+        gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
+        stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)
+        stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
+                      "envelope/active_samples": len(kept) * cfg.group_size,
+                      "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
+                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": self.max_prompt_len,
+                      "memory/peak_gb": peak_memory_gb(self.device)})
+        records = []
+        if self.dist.main:  # records of every group that left the pipeline this step: trained, thrown away, or expired
+            in_buffer = {id(g) for g in buffer}
+            adv_of = {id(g): advantages[i] for i, g in enumerate(kept)}
+            done = list(kept) + [g for g in generated if id(g) not in adv_of and id(g) not in in_buffer] + rollouts.expired
+            records = [r for g in done for r in rollout.group_records(
+                g, run_id=self.run_id, learner_version=step, advantages=adv_of.get(id(g)), engine=self.engine, cfg=cfg,
+                tokenizer=self.tokenizer, prov=self.prov)]
+        stats["time/elapsed"] = time.perf_counter() - self.t_run  # since the loop started: curves against wall-clock
+        self.log.step(stats, records, probe_records)
+        if self.dist.main and step % cfg.log_every == 0 and "train/reward_mean" in stats:
+            self.bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
+                                 kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
+        if self.dist.main and stats.get("rollout/degenerate_frac", 0) > cfg.degenerate_warn:
+            print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
+                  "the weights may be broken", file=sys.stderr, flush=True)
+        self.interrupted = all_reduce_max(float(self.signal.hit), self.dist) > 0
+        over = cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds
+        self.out_of_time = all_reduce_max(float(over), self.dist) > 0
+
+    def checkpoint_due(self, step: int) -> bool:
+        c = self.cfg
+        return (self.interrupted or self.out_of_time or (c.save_every and (step + 1) % c.save_every == 0)
+                or step + 1 == c.steps)
+
+    def save_checkpoint(self, step: int, model, optimizer, scheduler, trainer_state: dict) -> None:
+        """A resumable checkpoint after `step` rollout steps; trainer_state: the loop's JSON state."""
+        save_checkpoint(Path(self.cfg.run_dir), step, model, optimizer, scheduler, {"run_id": self.run_id, **trainer_state},
+                        dataclasses.asdict(self.cfg), self.dist, self.cfg.keep_checkpoints)
+
+    def stop(self, step: int) -> dict:
+        """After SIGINT/SIGTERM: the checkpoint is written; release everything and return."""
+        if self.dist.main:
+            print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
+        self.signal.restore()
+        self.log.close()
+        close_distributed(self.dist)
+        return {"run_id": self.run_id, "interrupted_after_step": step}
+
+    def finish(self, model, tokenizer, before: dict, after: dict) -> dict:
+        """The trained model in HF format (RUN_DIR/final), summary.json, the before/after line."""
+        cfg, run_dir = self.cfg, Path(self.cfg.run_dir)
+        self.signal.restore()
+        self.log.scalars(after, cfg.steps)
+        summary = {"run_id": self.run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - self.t_run, 1), **before,
+                   **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
+        save_hf(model, tokenizer, run_dir / "final", self.dist, {
+            "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
+            "template_hash": self.prov["template_hash"]})
+        if self.dist.main:
+            (run_dir / "summary.json").write_text(json.dumps(clean(summary), indent=2) + "\n")
+            if before and after:
+                k = f"avg@{cfg.eval_k}"
+                print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "
+                      f"({after['heldout/n_problems']} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, "
+                      f"top_p={cfg.eval_top_p})")
+        self.log.close()
+        close_distributed(self.dist)
+        return summary
+
+
+def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, tokenizer, data, held_out, template_hash: str,
+          dist: Dist, device) -> tuple[Run, dict | None]:
+    """Resume (--resume) or start a run, and open its files.
+
+    Resuming restores model, optimizer, scheduler and RNG states and syncs the engine to the restored
+    weights. Returns (the Run, the checkpoint's trainer state, or None for a fresh run: the loop
+    restores its data position, staleness buffer and counters from it).
+
+    cfg, defaults: the run's train.Config and Config() (a field added after a checkpoint was written
+    counts as its default); free_fields: fields that may change on resume.
+    Raises FileNotFoundError / ValueError as find_checkpoint / load_checkpoint.
+    """
+    run_dir, start_step, resumed = Path(cfg.run_dir), 0, None
+    run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
+    if cfg.resume:
+        ckpt = find_checkpoint(run_dir, cfg.resume)
+        resumed = load_checkpoint(ckpt, model, optimizer, scheduler, dataclasses.asdict(cfg), dataclasses.asdict(defaults),
+                                  free_fields, cfg.resume_allow_config_change)
+        start_step, run_id = resumed["step"], resumed["run_id"]
+        rollout.sync_engine(engine, model, start_step, dist.world)
+        if dist.main:
+            print(f"[resume] {ckpt} at step {start_step}", flush=True)
+    prov = {"dataset": data.name, "dataset_hash": data.hash, "template_hash": template_hash,
+            "model_id": cfg.model or "assets/tiny-base"}
+    meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
+            "dataset": data.name, "dataset_hash": data.hash, "n_problems": len(data), "template_hash": template_hash,
+            "world_size": dist.world, "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
+    log = RunLog(run_dir, meta, dist, start=start_step, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project)
+    if dist.main:
+        print(json.dumps(meta["config"]), flush=True)
+        print(f"[data] {len(data)} training problems from {data.name} ({data.hash}); {len(held_out or [])} held-out, "
+              f"{min(cfg.probe_size, len(held_out or [])) if cfg.probe_every else 0} in the probe set", flush=True)
+    run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)))
+    return run, resumed
+
