@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -54,7 +52,7 @@ import numpy as np
 import plumbing
 import rollout
 import verifier
-from plumbing import F, Dist
+from plumbing import F, Dist, rank_seed, repo_commit, shard, unshard
 from rollout import SamplingParams
 from task import Dataset, Task
 
@@ -211,38 +209,6 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, level: float,
     lo, hi = bootstrap_ci(a - b, n_boot=n_boot, level=level, seed=seed)
     return {"a": float(a.mean()), "b": float(b.mean()), "diff": float((a - b).mean()), "lo": float(lo), "hi": float(hi),
             "excludes_zero": bool(lo > 0 or hi < 0)}
-
-
-# --- plumbing: splitting problems across ranks ---------------------------------------------------
-
-
-def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
-    """Problem indices rank `rank` generates: (indices, how many are real).
-
-    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
-    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
-    otherwise). Results of the padding are dropped before the gather.
-    """
-    if not (0 <= rank < world and n >= 1):
-        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
-    real = list(range(rank, n, world))
-    return real + [0] * (-(-n // world) - len(real)), len(real)
-
-
-def unshard(parts: list[list], world: int) -> list:
-    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
-    out = [None] * sum(map(len, parts))
-    for r, part in enumerate(parts):
-        for j, x in enumerate(part):
-            out[r + j * world] = x
-    return out
-
-
-def rank_seed(seed: int, rank: int, world: int) -> int:
-    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
-    if world == 1:
-        return seed
-    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
 
 
 # --- generation and scoring -----------------------------------------------------------------------------
@@ -430,18 +396,6 @@ def paper_deviations(settings: dict) -> list[str]:
 
 
 # --- plumbing: inputs ----------------------------------------------------------------------------------
-
-
-def repo_commit() -> str:
-    """`git rev-parse HEAD` of this repository (+"-dirty" with uncommitted changes), else "unknown"."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=plumbing.REPO, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=plumbing.REPO, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):  # no git binary, or a hung filesystem
-        return "unknown"
-    if head.returncode != 0:  # not a repository, or no commit yet
-        return "unknown"
-    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def resolve_model(spec: str) -> Path:

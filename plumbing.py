@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import inspect
 import json
 import os
 import random
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,6 +171,50 @@ def seed_everything(seed: int, threads: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+# --- plumbing: splitting evaluation problems across ranks ---------------------------------------------------
+
+
+def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
+    """Problem indices rank `rank` generates: (indices, how many are real).
+
+    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
+    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
+    otherwise). Results of the padding are dropped before the gather.
+    """
+    if not (0 <= rank < world and n >= 1):
+        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
+    real = list(range(rank, n, world))
+    return real + [0] * (-(-n // world) - len(real)), len(real)
+
+
+def unshard(parts: list[list], world: int) -> list:
+    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
+    out = [None] * sum(map(len, parts))
+    for r, part in enumerate(parts):
+        for j, x in enumerate(part):
+            out[r + j * world] = x
+    return out
+
+
+def rank_seed(seed: int, rank: int, world: int) -> int:
+    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
+    if world == 1:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
+
+
+def repo_commit() -> str:
+    """`git rev-parse HEAD` of this repository (+"-dirty" with uncommitted changes), else "unknown"."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):  # no git binary, or a hung filesystem
+        return "unknown"
+    if head.returncode != 0:  # not a repository, or no commit yet
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 # --- plumbing: model ------------------------------------------------------------------------------------

@@ -70,7 +70,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import eval as evaluation  # noqa: E402
+import plumbing  # noqa: E402
 import train  # noqa: E402
 
 # AIME 2024 avg@32, Qwen2.5-32B base (paper Table 1), in the order of train.LADDER.
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args, extra = parse(argv)
     rows = select_rows(args.rows)
     args.code_dir, args.code_hash = snapshot_code(Path(args.out))
-    args.git_commit = evaluation.repo_commit()
+    args.git_commit = plumbing.repo_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
         if row != ladder_rows()[0] and len(preset_diff(row)) != 1:
             raise ValueError(f"preset {row} changes {sorted(preset_diff(row))} against the row above; a ladder row must "

@@ -144,11 +144,11 @@ def test_paired_bootstrap_needs_a_real_difference():
 @FEW
 @given(st.integers(1, 40), st.integers(1, 9))
 def test_shard_then_unshard_is_identity_with_equal_work(n, world):
-    shards = [ev.shard(n, r, world) for r in range(world)]
+    shards = [plumbing.shard(n, r, world) for r in range(world)]
     assert len({len(idx) for idx, _ in shards}) == 1  # every rank makes the same generate calls
     parts = [[i for i in idx[:real]] for idx, real in shards]
     assert sorted(i for p in parts for i in p) == list(range(n))  # each problem exactly once
-    assert ev.unshard(parts, world) == list(range(n))
+    assert plumbing.unshard(parts, world) == list(range(n))
 
 
 # --- evaluate() with a scripted engine --------------------------------------------------------------------
