@@ -450,7 +450,10 @@ def truncated_importance_weight(
 
     Args:
         old_logp: (B, T) float, trainer's log-prob of each sampled token before the update.
-        sampler_logp: (B, T) float, the engine's log-prob of the same tokens (after temperature).
+        sampler_logp: (B, T) float, the engine's log-prob of the same tokens under the same
+            distribution as old_logp: softmax(logits / T) over the whole vocabulary. A log-prob
+            renormalised over a top-p nucleus would make the weight the nucleus mass (< 1 on
+            every token) instead of a mismatch (rollout.Sample.logprobs).
         mask: (B, T) bool or {0, 1}; the weight is 1 at masked-out positions.
         cap: C > 0 (e.g. 2).
 

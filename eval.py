@@ -471,18 +471,21 @@ def resolve_data(spec: str) -> str:
                             "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
 
 
-def make_engine(name: str, model_dir: Path, settings: ModelSettings, seed: int, device, max_batch: int):
+def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device):
     """(engine, tokenizer) for --engine (rollout.resolve_engine: the same rule as train.py).
 
     hf loads the model here; vllm loads it inside the engine, holding the prompt + response budget
-    in tokens, capped at the model's position limit.
+    in tokens, capped at the model's position limit. Neither engine applies the sampling fields
+    of the model's generation_config.json (answers are sampled at --temperature and --top_p only);
+    the ignored fields are named on stderr.
     """
     name = rollout.resolve_engine(name)
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code) if name == "hf" else None
     max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
-    engine = rollout.make_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=seed,
-                                 max_model_len=max_len, max_batch=max_batch)
+    engine = rollout.make_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
+                                 max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
+                                 top_p=ecfg.top_p, sampler_logprobs=False)
     return engine, tokenizer
 
 
@@ -594,7 +597,7 @@ def main(argv: list[str] | None = None) -> dict | None:
     task = Task()
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
-    engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg.seed, device, ecfg.engine_max_batch)
+    engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
                             top_p=ecfg.top_p, seed=ecfg.seed)
     res = evaluate(engine, tokenizer, data, params, settings, task, dist=dist, greedy=ecfg.greedy, n_boot=ecfg.n_boot,

@@ -18,6 +18,7 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,7 +45,10 @@ class Sample:
 
     token_ids: list[int]  # response tokens straight from the engine, EOS included if generated
     finish_reason: str  # "stop" (EOS generated) or "length" (budget exhausted, truncated)
-    logprobs: list[float] | None = None  # sampler's log-prob of each token, after temperature/top-p
+    # log-prob of each token under softmax(logits / temperature) over the whole vocabulary: the
+    # distribution the trainer scores (dapo.token_logprobs), so not renormalised over the top-p
+    # nucleus; None when not asked for, for greedy decoding, or when the engine cannot give that
+    logprobs: list[float] | None = None
 
     @property
     def truncated(self) -> bool:
@@ -80,6 +84,10 @@ class Engine:
         """Make the engine generate from `model`'s current weights; returns seconds spent."""
         raise NotImplementedError
 
+    def logprobs_available(self, params: SamplingParams) -> bool:
+        """Whether `generate(..., params)` fills Sample.logprobs (with the trainer's distribution)."""
+        return False
+
     def sleep(self) -> None:
         """Free accelerator memory while the trainer works (colocated engines on GPU); no-op here."""
 
@@ -101,13 +109,65 @@ def _stop_ids(model, tokenizer) -> list[int]:
     return sorted(ids)
 
 
+# Fields of a checkpoint's generation_config.json that do not change what is sampled: identities,
+# the stop ids (both engines use eos_token_id, see _stop_ids) and output switches.
+_INERT_GENERATION_FIELDS = frozenset({
+    "_from_model_config", "transformers_version", "bos_token_id", "eos_token_id", "pad_token_id",
+    "decoder_start_token_id", "use_cache", "output_attentions", "output_hidden_states", "output_scores",
+    "output_logits", "return_dict_in_generate",
+})
+
+
+def ignored_generation_fields(generation_config) -> dict:
+    """The fields of a checkpoint's generation config that neither engine applies, by name.
+
+    Instruct checkpoints ship sampling defaults in generation_config.json (Qwen2.5-Instruct:
+    repetition_penalty 1.05, temperature 0.7, top_p 0.8, top_k 20). Applied by the sampler they
+    would make rollouts come from a reshaped distribution while the trainer scores the plain
+    softmax, i.e. off-policy. Both engines ignore them (HFEngine: see its docstring; VLLMEngine:
+    generation_config="vllm"); this lists them so that a run can say so once.
+
+    Args:
+        generation_config: a transformers GenerationConfig, or None (no generation_config.json).
+
+    Returns:
+        {field: value} of every field that differs from transformers' blank GenerationConfig, less
+        the inert ones (_INERT_GENERATION_FIELDS), sorted by name; {} for None.
+    """
+    if generation_config is None:
+        return {}
+    return {k: v for k, v in sorted(generation_config.to_diff_dict().items()) if k not in _INERT_GENERATION_FIELDS}
+
+
+def generation_config_notice(generation_config, source: str) -> str | None:
+    """One line naming the ignored fields of `source`'s generation config, or None if there are none."""
+    fields = ignored_generation_fields(generation_config)
+    if not fields:
+        return None
+    listed = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+    return (f"[engine] {source}: generation_config.json sets {listed}; ignored: rollouts are sampled from "
+            "softmax(logits / temperature) with the run's top_p only, the distribution the trainer scores")
+
+
 class HFEngine(Engine):
     """transformers `generate` on the policy being trained (no second copy of the weights).
 
-    Sampling is the plain distribution at `temperature` with nucleus `top_p`: top_k is set to 0
-    because transformers otherwise applies top_k=50 silently (its `GenerationConfig` default),
-    which would make the sampler differ from the policy the trainer scores. The request seed is applied with
-    torch.manual_seed before each batch, so runs on the same hardware repeat exactly.
+    Sampling is the plain distribution at `temperature` with nucleus `top_p`, and nothing else:
+    every `generate` call gets an explicit GenerationConfig (do_sample, temperature, top_p,
+    top_k=0, max_new_tokens, stop and pad ids) while the model's own `generation_config` is
+    swapped for a blank one. transformers fills every field the caller left unset from
+    `model.generation_config` (GenerationMixin._prepare_generation_config, 5.19 and 5.24), so
+    without the swap a checkpoint's repetition_penalty, no_repeat_ngram_size, min_new_tokens,
+    bad_words_ids, suppress_tokens, typical_p, min_p, num_beams, ... would reach the logits
+    processors and the sampler would draw from another distribution than the one the trainer
+    scores (tests/test_faults.py checks each field kind). top_k is 0 because transformers
+    otherwise applies top_k=50. The request seed is applied with torch.manual_seed before each
+    batch, so runs on the same hardware repeat exactly.
+
+    Sample.logprobs come from the raw logits (`output_logits`) as log_softmax(logits / T), not
+    from the processed scores: after top-p those are renormalised over the nucleus, which is not
+    the distribution the trainer scores (log pi_trainer - log pi_sampler would be log(nucleus
+    mass) on every token). None for greedy requests (temperature 0).
     """
 
     name = "hf-generate"
@@ -116,7 +176,7 @@ class HFEngine(Engine):
 
     def __init__(self, model, tokenizer, *, max_batch: int = 256, return_logprobs: bool = True, synced_gpus: bool = False):
         """return_logprobs: keep the sampler's log-prob of each token (HF then holds the (N, V)
-        processed logits of every step until the batch ends: turn off for long answers and large
+        raw logits of every step until the batch ends: turn off for long answers and large
         vocabularies)."""
         super().__init__()
         import transformers
@@ -126,6 +186,9 @@ class HFEngine(Engine):
         self.max_batch, self.return_logprobs, self.synced_gpus = max_batch, return_logprobs, synced_gpus
         self.stop_ids = _stop_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
+
+    def logprobs_available(self, params: SamplingParams) -> bool:
+        return self.return_logprobs and params.temperature > 0
 
     def sync_weights(self, model, policy_version: int) -> float:
         # Colocated on the same module: the weights are already the trainer's.
@@ -156,21 +219,30 @@ class HFEngine(Engine):
         for i, p in enumerate(prompts):
             ids[i, P - len(p) :] = torch.tensor(p)
             attn[i, P - len(p) :] = 1
+        from transformers import GenerationConfig
+
         greedy = params.temperature == 0
-        sampling = {} if greedy else dict(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-        gen = self.model.generate(
-            input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=params.max_new_tokens,
-            pad_token_id=self.pad_id, eos_token_id=self.stop_ids, return_dict_in_generate=True,
-            output_scores=self.return_logprobs, synced_gpus=self.synced_gpus,
-            **({"do_sample": False, "top_k": None, "top_p": None, "temperature": None} if greedy else sampling),
-        )
+        with_logprobs = self.logprobs_available(params)
+        sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=params.temperature,
+                                                             top_p=params.top_p, top_k=0)
+        request = GenerationConfig(max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
+                                   eos_token_id=self.stop_ids, return_dict_in_generate=True,
+                                   output_logits=with_logprobs, **sampling)
+        checkpoint_config = self.model.generation_config
+        self.model.generation_config = GenerationConfig()  # blank: nothing of the checkpoint's is filled in
+        try:
+            gen = self.model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), generation_config=request,
+                                      synced_gpus=self.synced_gpus)
+        finally:
+            self.model.generation_config = checkpoint_config  # saved with the weights, as it came
         new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
-        if self.return_logprobs:
-            # scores are the processed logits (after temperature and top-p): the sampler's distribution.
-            # One step at a time, so no (N, t, V) tensor is built beside the scores themselves.
+        if with_logprobs:
+            # gen.logits are the raw logits of each step, before temperature and top-p: the log-prob
+            # under softmax(logits / T), the trainer's distribution (dapo.token_logprobs). One step at a
+            # time, so no (N, t, V) tensor is built beside the logits themselves.
             tok = gen.sequences[:, P:]  # (N, t) on the model's device
-            lp = torch.stack([torch.log_softmax(sc.float(), dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)
-                              for j, sc in enumerate(gen.scores)], 1).cpu()  # (N, t)
+            lp = torch.stack([torch.log_softmax(lg.float() / params.temperature, dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)
+                              for j, lg in enumerate(gen.logits)], 1).cpu()  # (N, t)
         stop = torch.tensor(self.stop_ids)
         samples = []
         for i in range(new.shape[0]):
@@ -179,7 +251,7 @@ class HFEngine(Engine):
                 end, reason = int(is_stop[0]) + 1, "stop"
             else:
                 end, reason = new.shape[1], "length"
-            samples.append(Sample(new[i, :end].tolist(), reason, lp[i, :end].tolist() if self.return_logprobs else None))
+            samples.append(Sample(new[i, :end].tolist(), reason, lp[i, :end].tolist() if with_logprobs else None))
         return samples
 
 
@@ -293,7 +365,9 @@ def timed_generate(engine: Engine, prompts: list[list[int]], params: SamplingPar
 #     14-20 s) and lets a weight sync hand tensors to the worker without a copy through disk.
 #   * dtype="auto" silently downcasts an fp32 checkpoint to bf16: the dtype is explicit and
 #     checked after start-up.
-#   * vLLM returns log-probs before temperature unless logprobs_mode="processed_logprobs".
+#   * vLLM returns log-probs before temperature unless logprobs_mode="processed_logprobs", and
+#     the processed ones are taken after top-k/top-p (renormalised over the nucleus:
+#     vllm/v1/sample/ops/topk_topp_sampler.py, forward_native): see VLLMEngine, "Log-probs".
 #   * Per-request SamplingParams(seed=...) crashes on CPU as soon as a prompt is prefilled in
 #     chunks ("CPU Generator does not use offset": gpu_model_runner rewinds the request's
 #     generator offset for the discarded token of a partial prefill). Unseeded requests draw from
@@ -327,8 +401,19 @@ class VLLMEngine(Engine):
     (generation_config="vllm").
 
     Sampling matches the policy the trainer scores: temperature and top_p from SamplingParams,
-    top_k disabled (0), no penalties, and Sample.logprobs are the sampler's log-probs after
-    temperature and top-p (logprobs_mode="processed_logprobs"). Against the trainer's
+    top_k disabled (0), no penalties. vLLM applies only the stop ids of generation_config.json:
+    its sampling fields (repetition_penalty, temperature, top_k, top_p, min_p, ...) enter only
+    vLLM's default SamplingParams, which generation_config="vllm" blanks and which an explicit
+    request replaces anyway (vllm/config/model.py get_diff_sampling_param; tests/test_faults.py).
+
+    Log-probs (Sample.logprobs) are those of the trainer's distribution, softmax(logits / T) over
+    the whole vocabulary, or None. vLLM has one logprobs_mode per engine: "processed_logprobs" is
+    taken after temperature but also after top-p (renormalised over the nucleus), "raw_logprobs"
+    before both. So a request gets log-probs when its values are the trainer's: with
+    "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
+    (and for greedy requests) Sample.logprobs is None and no log-probs are computed. train.py
+    picks "raw_logprobs" when --temperature is 1, else "processed_logprobs", and refuses --tis_cap
+    with --top_p < 1 at another temperature. With "processed_logprobs", against the trainer's
     dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
     3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that
     vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
@@ -365,6 +450,7 @@ class VLLMEngine(Engine):
         enforce_eager: bool = True,
         sync_via: str = "auto",
         shm_dir: str | Path = "/dev/shm",
+        logprobs_mode: str = "processed_logprobs",
         **llm_kwargs,
     ):
         """
@@ -380,7 +466,12 @@ class VLLMEngine(Engine):
             sync_via: "iterator" (in-process only), "disk" (safetensors under shm_dir), or "auto"
                 (iterator in-process, disk otherwise).
             shm_dir: RAM disk for the "disk" weight sync.
+            logprobs_mode: "processed_logprobs" (log-probs for requests with top_p 1) or
+                "raw_logprobs" (for requests at temperature 1); see the class docstring.
             **llm_kwargs: passed to vllm.LLM unchanged (e.g. max_num_seqs, enable_prefix_caching).
+
+        Raises:
+            ValueError: a bad sync_via or logprobs_mode; vLLM loaded another dtype than asked.
         """
         super().__init__()
         _vllm_env_defaults()
@@ -389,6 +480,9 @@ class VLLMEngine(Engine):
 
         if sync_via not in ("auto", "iterator", "disk"):
             raise ValueError(f"sync_via must be 'auto', 'iterator' or 'disk', got {sync_via!r}")
+        if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
+            raise ValueError(f"logprobs_mode must be 'processed_logprobs' or 'raw_logprobs', got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
         self.version = vllm.__version__
         self.in_process = not envs.VLLM_ENABLE_V1_MULTIPROCESSING
         if sync_via == "iterator" and not self.in_process:
@@ -401,7 +495,7 @@ class VLLMEngine(Engine):
 
         kwargs = dict(
             model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
-            max_model_len=self.max_model_len, logprobs_mode="processed_logprobs", generation_config="vllm",
+            max_model_len=self.max_model_len, logprobs_mode=logprobs_mode, generation_config="vllm",
         )
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
@@ -433,18 +527,29 @@ class VLLMEngine(Engine):
 
     # --- generation -------------------------------------------------------------------------------
 
+    def logprobs_available(self, params: SamplingParams) -> bool:
+        """Whether this engine's log-probs for `params` are softmax(logits / T) over the whole
+        vocabulary, the trainer's distribution (see the class docstring, "Log-probs")."""
+        if params.temperature == 0:
+            return False
+        if self.logprobs_mode == "raw_logprobs":
+            return params.temperature == 1.0
+        return params.top_p == 1.0
+
     def _vllm_params(self, params: SamplingParams):
         from vllm import SamplingParams as VSamplingParams
 
         return VSamplingParams(
             n=params.n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
             top_k=0,  # 0 disables top-k in vLLM (sampling_params.py); the policy is the full distribution
-            logprobs=0,  # the sampled token's log-prob only
+            # the sampled token's log-prob only, and only when it is the trainer's (logprobs_available)
+            logprobs=0 if self.logprobs_available(params) else None,
             stop_token_ids=list(self.stop_ids), detokenize=False, skip_special_tokens=False,
         )
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        """Engine.generate through vLLM: G samples per prompt, per-request seeds, processed log-probs.
+        """Engine.generate through vLLM: G samples per prompt, per-request seeds, log-probs when
+        logprobs_available(params).
 
         Raises:
             ValueError: a prompt plus max_new_tokens exceeds max_model_len.
@@ -481,15 +586,17 @@ class VLLMEngine(Engine):
             completions = sorted(out.outputs, key=lambda c: c.index)  # (n,) in sample order
             if len(completions) != vparams.n:
                 raise RuntimeError(f"vLLM returned {len(completions)} samples for a prompt, expected n={vparams.n}")
-            group = [self._sample(c) for c in completions]
+            group = [self._sample(c, vparams.logprobs is not None) for c in completions]
             result.append([copy.deepcopy(group[0]) for _ in range(params.n)] if greedy else group)
         return result
 
     @staticmethod
-    def _sample(c) -> Sample:
+    def _sample(c, with_logprobs: bool) -> Sample:
         if c.finish_reason not in ("stop", "length"):
             raise RuntimeError(f"vLLM finished a sample with reason {c.finish_reason!r}; expected 'stop' or 'length'")
         ids = list(c.token_ids)  # stop token kept: vLLM trims stop strings, not stop_token_ids
+        if not with_logprobs:
+            return Sample(ids, c.finish_reason)
         if c.logprobs is None or len(c.logprobs) != len(ids):
             raise RuntimeError("vLLM returned no log-prob per generated token; logprobs=0 was requested")
         return Sample(ids, c.finish_reason, [float(step[t].logprob) for step, t in zip(c.logprobs, ids)])
@@ -635,24 +742,39 @@ def resolve_engine(name: str) -> str:
 
 
 def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
-                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None) -> Engine:
+                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
+                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True) -> Engine:
     """The generation engine for --engine (resolve_engine), the one factory of train.py and eval.py.
 
     "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
     "vllm": VLLMEngine loaded from model_dir, holding max_model_len tokens (prompt + response); on
     GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
-    generates from model_dir's weights until the caller syncs it (sync_engine).
+    generates from model_dir's weights until the caller syncs it (sync_engine). Its log-probs
+    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
+
+    announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
+    applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
 
     Raises ValueError as resolve_engine.
     """
     name = resolve_engine(name)
     if name == "hf":
-        return HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
-    kw = {}
-    if getattr(device, "type", device) == "cuda":
-        # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
-        kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
-    return VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, **kw)
+        engine = HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
+    else:
+        kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
+        if getattr(device, "type", device) == "cuda":
+            # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        engine = VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, **kw)
+    if announce:
+        notice = generation_config_notice(_GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        if sampler_logprobs and temperature > 0 and not engine.logprobs_available(
+                SamplingParams(n=1, max_new_tokens=1, temperature=temperature, top_p=top_p)):
+            print(f"[engine] {engine.name} cannot return log-probs of softmax(logits / {temperature}) with top_p "
+                  f"{top_p}: the sampler/* metrics are off for this run", file=sys.stderr, flush=True)
+    return engine
 
 
 def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> float:

@@ -28,7 +28,6 @@ import argparse
 import dataclasses
 import hashlib
 import math
-import os
 import sys
 import time
 import warnings
@@ -43,7 +42,7 @@ import plumbing
 import rollout
 import runlog
 import verifier
-from plumbing import F, Dist, all_reduce_sum
+from plumbing import F, Dist, all_reduce_max, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, Task
 
@@ -205,48 +204,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     values = dict(PRESETS[args.pop("preset")])
     values.update({k: v for k, v in args.items() if v is not None})
     cfg = Config(**values)
-    validate_config(cfg)
+    plumbing.check_config(cfg)
     return cfg
-
-
-def validate_config(cfg: Config) -> None:
-    """Reject settings that cannot work before any work starts, saying what to change (ValueError)."""
-    if cfg.loss_agg not in dapo.LOSS_AGG_MODES:
-        raise ValueError(f"--loss_agg {cfg.loss_agg!r} is not one of {dapo.LOSS_AGG_MODES}")
-    if cfg.prompt_truncation not in ("error", "left", "skip"):
-        raise ValueError(f"--prompt_truncation must be error, left or skip, got {cfg.prompt_truncation!r}")
-    if cfg.tis_cap < 0:
-        raise ValueError(f"--tis_cap must be 0 (off) or > 0, got {cfg.tis_cap}")
-    if cfg.tis_cap > 0 and not cfg.sampler_logprobs:
-        raise ValueError("--tis_cap needs the sampler's log-probs (without them every weight would be 1): pass "
-                         "--sampler_logprobs true")
-    if cfg.max_rollout_age < 0:
-        raise ValueError(f"--max_rollout_age must be >= 0, got {cfg.max_rollout_age}")
-    if cfg.on_exhausted not in ("error", "partial", "skip"):
-        raise ValueError(f"--on_exhausted must be error, partial or skip, got {cfg.on_exhausted!r}")
-    if cfg.verifier not in verifier.MODES:
-        raise ValueError(f"--verifier must be one of {verifier.MODES}, got {cfg.verifier!r}")
-    if cfg.engine not in rollout.ENGINES:
-        raise ValueError(f"--engine must be one of {rollout.ENGINES}, got {cfg.engine!r}")
-    if cfg.overlong_penalty and not (0 < cfg.overlong_buffer < cfg.max_response_len):
-        raise ValueError(f"--overlong_buffer must be in (0, max_response_len={cfg.max_response_len}), got {cfg.overlong_buffer}")
-    if (cfg.prompts_per_step * cfg.group_size) % cfg.mini_batch_size != 0 or cfg.mini_batch_size % cfg.group_size:
-        raise ValueError(
-            f"prompts_per_step * group_size = {cfg.prompts_per_step * cfg.group_size} responses must be a multiple "
-            f"of --mini_batch_size {cfg.mini_batch_size}, itself a multiple of --group_size {cfg.group_size}"
-        )
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if (cfg.mini_batch_size // cfg.group_size) % world or cfg.prompts_per_step % world:
-        raise ValueError(
-            f"with {world} processes, --prompts_per_step ({cfg.prompts_per_step}) and the groups per mini-batch "
-            f"({cfg.mini_batch_size // cfg.group_size}) must be multiples of {world}: every rank trains whole groups"
-        )
-    if cfg.gen_prompts_per_round < 1 or cfg.max_gen_rounds < 1 or cfg.steps < 0:
-        raise ValueError("--gen_prompts_per_round and --max_gen_rounds must be >= 1, --steps >= 0")
-    if cfg.dual_clip and cfg.dual_clip <= 1:
-        raise ValueError(f"--dual_clip must be 0 (off) or > 1, got {cfg.dual_clip}")
-    if not 0 < cfg.eps_low <= cfg.eps_high:
-        raise ValueError(f"the clip range needs 0 < --eps_low <= --eps_high, got {cfg.eps_low} and {cfg.eps_high}")
 
 
 # --- DAPO: one rollout step -------------------------------------------------------------------------
@@ -444,55 +403,64 @@ def update_policy(model, optimizer, batch: Batch, cfg: Config, dist: Dist, devic
 
     Loss denominators (dapo.loss_denominators) are counted over the whole mini-batch on all ranks
     before its first backward, so the gradient is the same for any split into micro-batches and
-    ranks (docs/PITFALLS.md, failure 1; tests/test_train.py). Returns the policy/* metrics.
+    ranks (docs/PITFALLS.md, failure 1; tests/test_train.py). A mini-batch without a single loss
+    token on any rank (every response overlong-filtered) takes no step at all: its gradient would
+    be 0, but AdamW's momentum and weight decay would still move the weights. Returns the
+    policy/* metrics (policy/optimizer_steps counts the steps taken, policy/skipped_minibatches
+    the others).
     """
     minibatches = plumbing.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
-    stats = {}
-    old = OldLogprobs(batch)
+    den = [step_denominators(batch, mb, dist) for mb in minibatches]  # ({counts over all ranks}, {per-row counts})
+    trained = [m for m, (counts, _) in enumerate(den) if counts["num_tokens"] > 0]  # the same list on every rank
+    stats, old = {}, OldLogprobs(batch)
     # 5. Old log-probs: those of the weights that generated the batch, recomputed by the trainer.
-    # Mini-batch 1 is trained on before any optimizer step, while the weights still are those
-    # weights: its old log-probs are its own forward pass's (ratio exactly 1). Only mini-batches
-    # 2 and later need this separate pass.
+    # The first trained mini-batch is trained on before any optimizer step, while the weights still
+    # are those weights: its old log-probs are its own forward pass's (ratio exactly 1). Only the
+    # later mini-batches need this separate pass.
     t0 = time.perf_counter()
-    old.compute(model, [i for mb in minibatches[1:] for i in mb], cfg, device, pad_id)
+    old.compute(model, [i for m in trained[1:] for i in minibatches[m]], cfg, device, pad_id)
     stats["time/old_logprobs"] = time.perf_counter() - t0
 
     # 6. One optimizer step per mini-batch.
     t0 = time.perf_counter()
     sums = dict.fromkeys(("loss", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"), 0.0)
     norms = []
-    for m, mb in enumerate(minibatches):
-        # --- DAPO: loss denominators over the whole mini-batch, all ranks, before any backward.
-        tokens = batch.mask_rows[mb] * torch.tensor([len(batch.response_ids[i]) for i in mb])  # (m,)
-        den, den_rows = dapo.loss_denominators(tokens, batch.group_index[mb])
-        den = {k: all_reduce_sum(v, dist) for k, v in den.items()}
+    for m in trained:
+        mb, (counts, per_row) = minibatches[m], den[m]
         row_of = {i: r for r, i in enumerate(mb)}
         for micro, weight in plumbing.micro_batches_all_ranks(mb, batch, cfg, dist):
             ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, micro, pad_id, device)
             logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
-            old_logp = old.first_pass(micro, logp, ent, attn) if m == 0 and weight else old.rows(micro, logp)  # (b, T)
+            first = m == trained[0] and weight  # no optimizer step yet: old = this pass, detached
+            old_logp = old.first_pass(micro, logp, ent, attn) if first else old.rows(micro, logp)  # (b, T)
             adv = batch.advantages[micro].to(device)  # (b,)
             loss_tok, st = dapo.policy_loss(logp, old_logp, adv, mask, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
                                             dual_clip=cfg.dual_clip or None)  # (b, T)
             if cfg.tis_cap > 0:  # truncated importance sampling: the sampler/trainer mismatch (README "Departures")
-                loss_tok = loss_tok * dapo.truncated_importance_weight(old_logp, old.sampler_rows(micro, old_logp), mask,
-                                                                       cap=cfg.tis_cap)  # (b, T)
-            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **den,
-                                       **{k: v[[row_of[i] for i in micro]].to(device) for k, v in den_rows.items()})
+                loss_tok = loss_tok * old.tis_weight(micro, old_logp, mask, cfg.tis_cap, count=bool(weight))  # (b, T)
+            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
+                                       **{k: v[[row_of[i] for i in micro]].to(device) for k, v in per_row.items()})
             # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
             (loss * weight * dist.world).backward()
-            share = weight * float(mask.sum()) / max(den["num_tokens"], 1.0)  # this pass's share of the tokens
+            share = weight * float(mask.sum()) / counts["num_tokens"]  # this pass's share of the tokens
             sums["loss"] += weight * float(loss.detach())
             for k in ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"):
                 sums[k] += st[k] * share
         norms.append(plumbing.clip_and_step(model, optimizer, cfg.grad_clip, stats))
-    for k, v in sums.items():
-        stats[f"policy/{k}"] = all_reduce_sum(v, dist) / len(minibatches)
-    stats["policy/grad_norm"] = float(np.mean(norms))
-    stats |= old.metrics([i for mb in minibatches for i in mb], dist)
-    stats["policy/optimizer_steps"] = len(minibatches)
+    sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
+    if trained:
+        stats |= {f"policy/{k}": v / len(trained) for k, v in sums.items()} | {"policy/grad_norm": float(np.mean(norms))}
+    stats |= old.metrics(dist)
+    stats["policy/optimizer_steps"], stats["policy/skipped_minibatches"] = len(trained), len(minibatches) - len(trained)
     stats["time/update"] = time.perf_counter() - t0
     return stats
+
+
+def step_denominators(batch: Batch, mb: list[int], dist: Dist) -> tuple[dict, dict]:
+    """dapo.loss_denominators of a mini-batch: counts summed over all ranks, per-row counts of this rank's rows."""
+    tokens = batch.mask_rows[mb] * torch.tensor([len(batch.response_ids[i]) for i in mb], dtype=torch.float32)  # (m,)
+    counts, per_row = dapo.loss_denominators(tokens, batch.group_index[mb])
+    return {k: all_reduce_sum(v, dist) for k, v in counts.items()}, per_row
 
 
 class OldLogprobs:
@@ -500,7 +468,9 @@ class OldLogprobs:
     of the sampling distribution, and the gap to the sampler's own log-probs."""
 
     def __init__(self, batch: Batch):
-        self.batch, self.logp, self.entropy_sum, self.sampler_diff = batch, {}, 0.0, []
+        self.batch, self.logp, self.sampler_diff = batch, {}, []
+        self.entropy = [0.0, 0.0]  # sum over response tokens, tokens
+        self.tis = [0.0, 0.0, math.inf]  # truncated IS weights over loss tokens: sum, count, min
 
     def compute(self, model, rows: list[int], cfg: Config, device, pad_id: int) -> None:
         """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode."""
@@ -532,21 +502,35 @@ class OldLogprobs:
                 out[r, : len(self.batch.sampler_logp[i])] = torch.tensor(self.batch.sampler_logp[i], device=out.device)
         return out
 
+    def tis_weight(self, micro: list[int], old_logp: torch.Tensor, mask: torch.Tensor, cap: float, count: bool) -> torch.Tensor:
+        """(b, T) dapo.truncated_importance_weight of pi_old over the sampler; counted in the
+        sampler/tis_weight_* metrics unless `count` is False (a zero-weight padding pass)."""
+        w = dapo.truncated_importance_weight(old_logp, self.sampler_rows(micro, old_logp), mask, cap=cap)  # (b, T)
+        if count and mask.any():
+            self.tis = [self.tis[0] + float((w * mask).sum()), self.tis[1] + float(mask.sum()),
+                        min(self.tis[2], float(w[mask.bool()].min()))]
+        return w
+
     def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, attn: torch.Tensor) -> None:
         real = attn[:, attn.shape[1] - lp.shape[1]:].float()  # (b, T) response tokens
-        self.entropy_sum += float((ent * real).sum())
+        self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
         for r, i in enumerate(micro):
             self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
             if self.batch.sampler_logp[i] is not None:
                 self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
 
-    def metrics(self, local: list[int], dist: Dist) -> dict:
-        """policy/entropy (of the generating weights, per response token) and sampler/logprob_absdiff_*."""
-        n_tok = all_reduce_sum(sum(len(self.batch.response_ids[i]) for i in local), dist)
-        out = {"policy/entropy": all_reduce_sum(self.entropy_sum, dist) / max(n_tok, 1.0)}
+    def metrics(self, dist: Dist) -> dict:
+        """policy/entropy (of the generating weights, per response token forwarded), sampler/logprob_absdiff_*
+        and, with TIS, sampler/tis_weight_mean and _min over loss tokens (all ranks)."""
+        n_tok, ent = all_reduce_sum(self.entropy[1], dist), all_reduce_sum(self.entropy[0], dist)
+        out = {"policy/entropy": ent / n_tok} if n_tok > 0 else {}
         if self.sampler_diff:
             d = torch.cat(self.sampler_diff)
             out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
+        n_w = all_reduce_sum(self.tis[1], dist)
+        w_sum, w_min = all_reduce_sum(self.tis[0], dist), -all_reduce_max(-self.tis[2], dist)
+        if n_w > 0:
+            out["sampler/tis_weight_mean"], out["sampler/tis_weight_min"] = w_sum / n_w, w_min
         return out
 
 
@@ -592,6 +576,9 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             advantages = batch.advantages.view(len(rollouts.kept), cfg.group_size)  # (n_groups, G)
             # --- DAPO 5-6: old log-probs, then one clipped, token-level optimizer step per mini-batch
             stats |= update_policy(model, optimizer, batch, cfg, dist, device, tokenizer.pad_token_id)
+        else:  # nothing kept: no optimizer step (the learning-rate schedule still advances)
+            stats |= {"policy/optimizer_steps": 0, "policy/skipped_minibatches": 0}
+        if stats["policy/optimizer_steps"]:  # a step that tried no update neither breaks nor extends a run of bad ones
             all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
             state["nonfinite_in_a_row"] = state["nonfinite_in_a_row"] + 1 if all_bad else 0
         with warnings.catch_warnings():  # the schedule counts rollout steps, also one whose updates were skipped
@@ -638,7 +625,8 @@ def make_engine(cfg: Config, model, tokenizer, dist: Dist, device, data: Dataset
     engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
                                  max_model_len=plumbing.engine_max_len(cfg.model, longest + cfg.max_response_len),
                                  world=dist.world, sampler_logprobs=cfg.sampler_logprobs, max_batch=cfg.engine_max_batch,
-                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
+                                 top_p=cfg.top_p, announce=dist.main)
     rollout.sync_engine(engine, model, 0, dist.world)  # start from the trainer's weights, whatever the directory holds
     return engine
 

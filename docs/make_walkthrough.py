@@ -83,7 +83,7 @@ def build(out_lines: list[str]) -> None:
                        overlong_filter=False, dynamic_sampling=True, lr=DEMO_LR, prompts_per_step=1,
                        gen_prompts_per_round=1, mini_batch_size=G, micro_batch_size=G, temperature=1.0, top_p=1.0,
                        device="cpu", threads=1)
-    train.validate_config(cfg)
+    plumbing.check_config(cfg)
     model, tok = plumbing.load_policy("", device)
     task = Task()
     problems, data_name, _ = task.read("tiny", cfg, held_out=False)
