@@ -19,6 +19,8 @@ Each DAPO intervention is one function with one config switch (train.py `Config`
     | Token-Level Policy Gradient Loss (3.3)  | aggregate_loss           | "seq-mean-token-mean"    |
     | Overlong Filtering (3.4)                | overlong_filter          | mask unchanged           |
     | Soft Overlong Punishment (3.4, eq. 13)  | overlong_penalty         | penalty not added        |
+    | not DAPO: off-policy correction         | offpolicy_loss,          | objective "naive"        |
+    |   (asynchronous training)               |   behaviour_weight       |                          |
 
 Group advantages (group_advantages) and the chunked log-prob/entropy routine (token_logprobs)
 are shared by GRPO and DAPO.
@@ -45,6 +47,10 @@ __all__ = [
     "dynamic_sampling_keep",
     "token_logprobs",
     "truncated_importance_weight",
+    "OFFPOLICY_OBJECTIVES",
+    "OFFPOLICY_WEIGHT_MODES",
+    "behaviour_weight",
+    "offpolicy_loss",
 ]
 
 # log r is clamped to [-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP] before exp (verl's
@@ -470,6 +476,117 @@ def truncated_importance_weight(
                          f"{tuple(mask.shape)} must be the same (B, T)")
     log_w = torch.where(mask.bool(), old_logp.float() - sampler_logp.float(), 0.0)  # (B, T)
     return torch.exp(log_w.clamp(max=math.log(cap))).detach()  # (B, T)
+
+
+# --- beyond the paper: off-policy correction (asynchronous training; not a DAPO intervention) -----
+
+OFFPOLICY_OBJECTIVES = ("naive", "bypass", "decoupled")  # offpolicy_loss(objective=...)
+OFFPOLICY_WEIGHT_MODES = ("cap", "mask")  # behaviour_weight(mode=...): what happens beyond C
+
+
+def behaviour_weight(
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, *, cap: float, mode: str = "cap"
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token weight w = pi_prox / mu of the decoupled objective, truncated or dropped beyond C.
+
+    Hilton et al. (2021, arXiv 2110.00641), as in AReaL (arXiv 2505.24298): a token sampled by an
+    older policy mu is re-weighted to the proximal policy pi_prox (the learner before the update).
+    w = exp(log pi_prox - log mu), log-ratio clamped to +-LOG_RATIO_CLAMP, detached. Beyond C, mode
+    "cap" gives exactly C (truncated_importance_weight, on mask == 1), "mask" gives 0 (AReaL: the
+    token drops out). C >= 1 keeps on-policy tokens (w = 1) intact; C < 1 caps or drops them too.
+
+    Args:
+        prox_logp, behav_logp: (B, T) float, log pi_prox (learner, recomputed) and log mu (the
+            sampler's) of each sampled token. Ignored at mask == 0 (any value, NaN included).
+        mask: (B, T) bool or {0, 1} float, 1 on response tokens that count in the loss.
+        cap: C > 0 (math.inf: no truncation). mode: one of OFFPOLICY_WEIGHT_MODES.
+
+    Returns:
+        w: (B, T) float32 in [0, C], no gradient, 0 at mask == 0, exactly 1 where the two log-probs
+            are equal (if C >= 1).
+        stats: python floats over the N tokens with mask == 1: weight_mean/min/max (of w);
+            capped_frac or masked_frac (share with pi_prox / mu > C; the other mode's is 0);
+            ess = (sum w)^2 / (N sum w^2): 1 if all w are equal and > 0, 1/N if one is, 0 if none;
+            behav_kl = mean of (r - 1) - log r, r = pi_prox / mu: the k3 estimate of KL(mu || pi_prox)
+            from samples of mu (J. Schulman, http://joschu.net/blog/kl-approx.html).
+            N = 0: weight stats and ess 1, the others 0.
+
+    Raises:
+        ValueError: cap <= 0, unknown mode, mismatched shapes.
+    """
+    if not cap > 0:  # also rejects NaN; math.inf means no truncation
+        raise ValueError(f"cap (C) must be > 0, got {cap}; C >= 1 (e.g. 2 or 5) leaves on-policy tokens untouched")
+    if mode not in OFFPOLICY_WEIGHT_MODES:
+        raise ValueError(f"unknown weight mode {mode!r}; choose one of {OFFPOLICY_WEIGHT_MODES}")
+    if prox_logp.shape != behav_logp.shape or prox_logp.shape != mask.shape or mask.ndim != 2:
+        raise ValueError(f"prox_logp {tuple(prox_logp.shape)}, behav_logp {tuple(behav_logp.shape)} and mask "
+                         f"{tuple(mask.shape)} must all be the same (B, T)")
+    valid = mask.bool()  # (B, T)
+    log_r = torch.where(valid, prox_logp.detach().float() - behav_logp.detach().float(), 0.0)  # (B, T)
+    r = torch.exp(log_r.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T), exp(0) = 1 exactly
+    over = valid & (r > cap)  # (B, T)
+    w = torch.where(valid, r.clamp(max=cap) if mode == "cap" else torch.where(over, 0.0, r), 0.0)  # (B, T)
+    n = int(valid.sum())
+    if n == 0:
+        return w, {"weight_mean": 1.0, "weight_min": 1.0, "weight_max": 1.0, "capped_frac": 0.0,
+                   "masked_frac": 0.0, "ess": 1.0, "behav_kl": 0.0}
+    wv, lv = w[valid].double(), log_r[valid].double()  # (N,), (N,)
+    frac, sum_sq = float(over.sum()) / n, float((wv * wv).sum())
+    return w, {"weight_mean": float(wv.mean()), "weight_min": float(wv.min()), "weight_max": float(wv.max()),
+               "capped_frac": frac if mode == "cap" else 0.0, "masked_frac": frac if mode == "mask" else 0.0,
+               "ess": float(wv.sum()) ** 2 / (n * sum_sq) if sum_sq > 0 else 0.0,
+               "behav_kl": float((torch.expm1(lv) - lv).mean())}  # expm1: accurate near r = 1
+
+
+def offpolicy_loss(
+    logp: torch.Tensor, prox_logp: torch.Tensor | None, behav_logp: torch.Tensor | None,
+    advantages: torch.Tensor, mask: torch.Tensor, *, objective: str, cap: float, weight_mode: str = "cap",
+    eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token clipped loss of tokens sampled by an older policy mu, by one of OFFPOLICY_OBJECTIVES.
+
+    Asynchronous generation: mu (the sampler's weights) lags pi_prox (the learner before the
+    update). The clip math is policy_loss(logp, old):
+        "naive"      old = pi_prox, mu ignored: the synchronous loss, blind to staleness.
+        "bypass"     old = mu, no weight (verl's bypass mode); needs no recomputed log-probs.
+        "decoupled"  old = pi_prox, times w = behaviour_weight(pi_prox, mu) (Hilton et al. 2021, AReaL):
+                     the clip bounds the step around pi_prox, w corrects for sampling from mu.
+                     mu == pi_prox gives "naive" exactly (w = 1).
+    Weight mode "mask" zeroes a dropped token's loss and gradient but not `mask`: aggregate_loss
+    still counts it in the denominator (as AReaL does), so dropping never scales up the rest.
+    With both log-probs given the stats include behaviour_weight's, whatever the objective.
+
+    Args:
+        logp: (B, T) float, log pi_theta of each sampled token, with gradient. Ignored at mask == 0.
+        prox_logp: (B, T) float, log pi_prox (learner, recomputed; detached here), or None for "bypass".
+        behav_logp: (B, T) float, log mu (the sampler's; detached here), or None for "naive".
+        advantages: (B,) or (B, T) float. mask: (B, T) bool or {0, 1}; pass it on to aggregate_loss.
+        objective: one of OFFPOLICY_OBJECTIVES. cap, weight_mode: C and mode of behaviour_weight.
+        eps_low, eps_high, dual_clip: as in policy_loss.
+
+    Returns:
+        loss_tok: (B, T) float32, exactly 0 at mask == 0 and at tokens dropped by "mask".
+        stats: policy_loss's (its ratio is pi_theta / old), plus behaviour_weight's.
+
+    Raises:
+        ValueError: unknown objective, a log-prob the objective needs is None, or what policy_loss
+            and behaviour_weight raise (the latter runs, and checks cap and mode, when both are given).
+    """
+    if objective not in OFFPOLICY_OBJECTIVES:
+        raise ValueError(f"unknown off-policy objective {objective!r}; choose one of {OFFPOLICY_OBJECTIVES}")
+    if prox_logp is None and objective != "bypass":
+        raise ValueError(f"objective {objective!r} needs prox_logp (the learner's recomputed log-probs)")
+    if behav_logp is None and objective != "naive":
+        raise ValueError(f"objective {objective!r} needs behav_logp (keep the sampler's log-probs)")
+    old = (behav_logp if objective == "bypass" else prox_logp).detach()  # (B, T)
+    loss_tok, stats = policy_loss(logp, old, advantages, mask, eps_low=eps_low, eps_high=eps_high,
+                                  dual_clip=dual_clip)  # (B, T)
+    if prox_logp is not None and behav_logp is not None:
+        w, w_stats = behaviour_weight(prox_logp, behav_logp, mask, cap=cap, mode=weight_mode)  # (B, T)
+        stats.update(w_stats)
+        if objective == "decoupled":
+            loss_tok = loss_tok * w  # (B, T)
+    return loss_tok, stats
 
 
 # --- DAPO: log-probabilities and true entropy (shared) ---------------------------------------------
