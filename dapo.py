@@ -32,7 +32,6 @@ them before the first backward (docs/PITFALLS.md, failure 1: volcengine/verl iss
 
 from __future__ import annotations
 
-import math
 
 import torch
 
@@ -46,7 +45,6 @@ __all__ = [
     "overlong_filter",
     "dynamic_sampling_keep",
     "token_logprobs",
-    "truncated_importance_weight",
     "OFFPOLICY_OBJECTIVES",
     "OFFPOLICY_WEIGHT_MODES",
     "behaviour_weight",
@@ -443,41 +441,6 @@ def dynamic_sampling_keep(correct: torch.Tensor, group_size: int) -> torch.Tenso
 # --- beyond the paper: sampler/trainer mismatch correction (optional, off by default) ------------
 
 
-def truncated_importance_weight(
-    old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, *, cap: float
-) -> torch.Tensor:
-    """Per-token weight min(pi_old / pi_sampler, cap) for the policy loss (truncated IS).
-
-    Not in the paper. The inference engine (vLLM, bf16 kernels) and the trainer assign slightly
-    different probabilities to the same tokens, so rollouts are mildly off-policy even before any
-    update. Yao et al. (2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL
-    Training") weight each token's loss by the ratio of the trainer's to the sampler's probability,
-    truncated at `cap` to bound the variance. Detached: a weight, not a path for gradients.
-
-    Args:
-        old_logp: (B, T) float, trainer's log-prob of each sampled token before the update.
-        sampler_logp: (B, T) float, the engine's log-prob of the same tokens under the same
-            distribution as old_logp: softmax(logits / T) over the whole vocabulary. A log-prob
-            renormalised over a top-p nucleus would make the weight the nucleus mass (< 1 on
-            every token) instead of a mismatch (rollout.Sample.logprobs).
-        mask: (B, T) bool or {0, 1}; the weight is 1 at masked-out positions.
-        cap: C > 0 (e.g. 2).
-
-    Returns:
-        (B, T) float32 in [0, cap] (0 only when exp underflows, log-ratio below about -104).
-
-    Raises:
-        ValueError: cap <= 0, mismatched shapes.
-    """
-    if cap <= 0:
-        raise ValueError(f"cap must be > 0, got {cap}")
-    if old_logp.shape != sampler_logp.shape or old_logp.shape != mask.shape:
-        raise ValueError(f"old_logp {tuple(old_logp.shape)}, sampler_logp {tuple(sampler_logp.shape)} and mask "
-                         f"{tuple(mask.shape)} must be the same (B, T)")
-    log_w = torch.where(mask.bool(), old_logp.float() - sampler_logp.float(), 0.0)  # (B, T)
-    return torch.exp(log_w.clamp(max=math.log(cap))).detach()  # (B, T)
-
-
 # --- beyond the paper: off-policy correction (asynchronous training; not a DAPO intervention) -----
 
 OFFPOLICY_OBJECTIVES = ("naive", "bypass", "decoupled")  # offpolicy_loss(objective=...)
@@ -492,8 +455,10 @@ def behaviour_weight(
     Hilton et al. (2021, arXiv 2110.00641), as in AReaL (arXiv 2505.24298): a token sampled by an
     older policy mu is re-weighted to the proximal policy pi_prox (the learner before the update).
     w = exp(log pi_prox - log mu), log-ratio clamped to +-LOG_RATIO_CLAMP, detached. Beyond C, mode
-    "cap" gives exactly C (truncated_importance_weight, on mask == 1), "mask" gives 0 (AReaL: the
-    token drops out). C >= 1 keeps on-policy tokens (w = 1) intact; C < 1 caps or drops them too.
+    "cap" gives exactly C, "mask" gives 0 (AReaL: the token drops out). C >= 1 keeps on-policy
+    tokens (w = 1) intact; C < 1 caps or drops them too. With no lag, mu differs from pi_prox only
+    by the sampler's kernels (vLLM, bf16): the "cap" weight is then truncated importance sampling
+    (Yao et al., 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training").
 
     Args:
         prox_logp, behav_logp: (B, T) float, log pi_prox (learner, recomputed) and log mu (the

@@ -118,12 +118,17 @@ def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
 
 
 class AsyncGenerator:
-    """The learner's handle on the generator process: start, `next` batch, `publish` weights, `stop`."""
+    """The learner's handle on the generator process: `next` batch, `publish` weights, `state`, stop on exit.
 
-    def __init__(self, cfg, task, model, dist, *, start: int, stream_position: int, probe_ids: list[int]):
+    The same interface as train.InlineSource, so train.py's loop reads the same either way.
+    """
+
+    buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
+
+    def __init__(self, cfg, task, model, engine, dist, data, *, start: int, stream_position: int, probe_ids: list[int]):
         import torch.multiprocessing as mp
 
-        self.cfg, self.dist, self.next_index = cfg, dist, start
+        self.cfg, self.engine, self.dist, self.next_index = cfg, engine, dist, start
         self.stream_position = stream_position
         self.proc = None
         state = full_state_dict(model, dist)
@@ -135,10 +140,21 @@ class AsyncGenerator:
         self.queue, self.stop_event = ctx.Queue(), ctx.Event()
         import dataclasses
 
-        args = (dataclasses.asdict(cfg), task, self.shared, self.queue, self.stop_event, start, stream_position,
+        args = (dataclasses.asdict(cfg), task, data, self.shared, self.queue, self.stop_event, start, stream_position,
                 cfg.gen_shards or dist.world, os.getpid())
         self.proc = ctx.Process(target=_generator_main, args=args, name="dapo-generator", daemon=True)
         self.proc.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def state(self) -> dict:
+        """What a checkpoint needs to continue: the data position after the last batch trained on.
+        Batches queued or in the making are not saved: they are regenerated after a resume."""
+        return {"stream_position": self.stream_position, "buffer": []}
 
     def next(self, step: int):
         """The batch for learner step `step` (train.Rollouts, with the generator's stats), on every rank.
@@ -154,10 +170,8 @@ class AsyncGenerator:
             t0, depth = time.perf_counter(), self.queue.qsize()
             batch: Batch = pickle.loads(self._get()[1])  # pickled whole: no shared-memory handle per tensor
             waited = time.perf_counter() - t0
-            lag_s = time.time() - batch.finished_at
             for g in batch.rollouts.generated:
                 g.admission = f"lag {step - batch.version} <= max_policy_lag {self.cfg.max_policy_lag}"
-                g.lag_s = lag_s
             batch.rollouts.stats.update({"async/learner_idle_s": waited, "async/generator_idle_s": batch.generator_idle_s,
                                          "async/queue_depth": depth, "async/lag": step - batch.version})
             out = (batch.rollouts, batch.stream_position)
@@ -183,8 +197,12 @@ class AsyncGenerator:
             return msg
 
     def publish(self, model, version: int) -> float:
-        """Hand the learner's weights after `version` rollout steps to the generator; returns seconds."""
+        """Hand the learner's weights after `version` rollout steps to the generator (and to the
+        learner's own engine, which samples the held-out and probe sets); returns seconds."""
+        import rollout
+
         t0 = time.perf_counter()
+        rollout.sync_engine(self.engine, model, version, self.dist.world)
         state = full_state_dict(model, self.dist)
         if self.dist.main:
             self.shared.publish(state, version, probe_logprobs(model, self.shared.probe_ids, self.shared.probe_len))
@@ -221,32 +239,27 @@ def full_state_dict(model, dist) -> dict:
 # --- the generator process --------------------------------------------------------------------------
 
 
-def _generator_main(cfg_dict, task, shared: SharedWeights, queue, stop_event, start: int, stream_position: int,
+def _generator_main(cfg_dict, task, data, shared: SharedWeights, queue, stop_event, start: int, stream_position: int,
                     n_shards: int, learner_pid: int) -> None:
     """Entry point of the generator process: produce batches start, start + 1, ... until stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop (after its checkpoint)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        _generate_forever(cfg_dict, task, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
+        _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
     except Exception:  # report any failure to the learner, which raises it; then exit non-zero
         queue.put(("error", traceback.format_exc(limit=8)))
         raise
 
 
-def _generate_forever(cfg_dict, task, shared, queue, stop_event, start, stream_position, n_shards, learner_pid) -> None:
+def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid) -> None:
     import plumbing
-    import rollout
     import train
 
     cfg = train.Config(**cfg_dict)
     plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
-    data = task.load(cfg.data, tokenizer, cfg, held_out=False)
     model = plumbing.load_model(cfg.model, torch.device("cpu"), trust_remote_code=cfg.trust_remote_code)
-    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(plumbing.DEFAULT_MODEL),
-                                 device=torch.device("cpu"), seed=cfg.seed, max_model_len=plumbing.engine_max_len(
-                                     cfg.model, max(map(len, data.prompt_ids)) + cfg.max_response_len),
-                                 sampler_logprobs=cfg.sampler_logprobs, max_batch=cfg.engine_max_batch)
+    engine = plumbing.make_engine(cfg, model, tokenizer, torch.device("cpu"), 1, max(map(len, data.prompt_ids)), announce=False)
     stream = train.PromptStream(len(data), cfg.seed)
     stream.position = stream_position
     version = -1

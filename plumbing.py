@@ -24,6 +24,7 @@ import json
 import os
 import random
 import subprocess
+import warnings
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -169,12 +170,21 @@ def _config_rules(c, world: int, engine: str):
     yield (not 0 < c.eps_low <= c.eps_high, f"the clip range needs 0 < --eps_low <= --eps_high, got {c.eps_low} and {c.eps_high}")
     yield (c.dual_clip and c.dual_clip <= 1, f"--dual_clip must be 0 (off) or > 1, got {c.dual_clip}")
     yield (not 0 <= c.overlong_factor < inf, f"--overlong_factor must be >= 0 (a negative one rewards length), got {c.overlong_factor}")
-    yield (c.tis_cap < 0, f"--tis_cap must be 0 (off) or > 0, got {c.tis_cap}")
-    yield (c.tis_cap > 0 and not c.sampler_logprobs,
-          "--tis_cap needs the sampler's log-probs (without them every weight would be 1): pass --sampler_logprobs true")
-    yield (c.tis_cap > 0 and c.top_p < 1 and c.temperature != 1 and engine == "vllm",
-          "--tis_cap with --top_p < 1 needs --temperature 1 with vLLM (its log-probs are taken either after top-p or "
-          "before temperature, neither the trainer's distribution): set --top_p 1, --temperature 1 or --engine hf")
+    yield (c.offpolicy_objective not in dapo.OFFPOLICY_OBJECTIVES,
+           f"--offpolicy_objective must be one of {dapo.OFFPOLICY_OBJECTIVES}, got {c.offpolicy_objective!r}")
+    yield (c.offpolicy_weight_mode not in dapo.OFFPOLICY_WEIGHT_MODES,
+           f"--offpolicy_weight_mode must be one of {dapo.OFFPOLICY_WEIGHT_MODES}, got {c.offpolicy_weight_mode!r}")
+    yield (not c.offpolicy_cap > 0, f"--offpolicy_cap must be > 0 (C >= 1 leaves on-policy tokens alone), got {c.offpolicy_cap}")
+    yield (c.offpolicy_objective != "naive" and not c.sampler_logprobs,
+           f"--offpolicy_objective {c.offpolicy_objective} needs the sampler's log-probs: pass --sampler_logprobs true")
+    yield (c.offpolicy_objective != "naive" and c.top_p < 1 and c.temperature != 1 and engine == "vllm",
+           f"--offpolicy_objective {c.offpolicy_objective} with --top_p < 1 needs --temperature 1 with vLLM (its log-probs "
+           "are taken either after top-p or before temperature, neither the trainer's distribution): set --top_p 1, "
+           "--temperature 1 or --engine hf")
+    yield (c.max_policy_lag < 0, f"--max_policy_lag must be >= 0 (0 = generate inline), got {c.max_policy_lag}")
+    yield ((c.max_policy_lag > 0 or c.generator_process) and c.max_rollout_age > 0,
+           "--max_rollout_age (reuse of surplus groups) and a generator process (--max_policy_lag) are two ways of training "
+           "on older rollouts: use one of them")
     yield (not 0 <= c.lr < inf, f"--lr must be >= 0 and finite, got {c.lr}")
     yield (c.warmup_steps < 0, f"--warmup_steps must be >= 0, got {c.warmup_steps}")
     yield (not 0 <= c.weight_decay < inf, f"--weight_decay must be >= 0, got {c.weight_decay}")
@@ -247,6 +257,15 @@ def all_gather_objects(obj, dist: Dist) -> list:
     out = [None] * dist.world
     torch.distributed.all_gather_object(out, obj)
     return out
+
+
+def broadcast_object(obj, dist: Dist):
+    """Rank 0's `obj` on every rank (pickled through the default process group)."""
+    if dist.world == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
@@ -463,6 +482,35 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
         else:
             tokenizer.save_pretrained(out)
         (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")
+
+
+def make_optimizer(model, cfg):
+    """AdamW (cfg.lr, cfg.weight_decay) and a linear warm-up over cfg.warmup_steps rollout steps, then a
+    constant learning rate (paper 4.1); the scheduler steps once per rollout step, as in the official code."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.999))
+    warm = cfg.warmup_steps
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+
+def step_schedule(scheduler) -> None:
+    """One scheduler step per rollout step, also after a step whose updates were all skipped (the
+    warning PyTorch gives when no optimizer.step came first is expected then, and silenced)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)` before")
+        scheduler.step()
+
+
+def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool):
+    """The generation engine of a train.Config (rollout.make_engine), holding the longest prompt plus
+    the response budget (capped at the model's position limit). An engine with weights of its own
+    (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating."""
+    import rollout
+
+    return rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
+                               device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
+                               max_model_len=engine_max_len(cfg.model, longest_prompt + cfg.max_response_len),
+                               max_batch=cfg.engine_max_batch, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                               temperature=cfg.temperature, top_p=cfg.top_p, announce=announce)
 
 
 # --- plumbing: forward passes ---------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import torch
 
 import rollout
 import verifier
-from plumbing import Dist, all_reduce_max, barrier, close_distributed, save_hf
+from plumbing import Dist, RunStopped, all_reduce_max, barrier, close_distributed, save_hf
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -303,13 +303,15 @@ class Run:
     resource envelope, checkpoints, the wall-clock budget and SIGINT/SIGTERM, the end of the run.
 
     cfg: train.Config. prov: the provenance every rollout record carries (dataset, dataset_hash,
-    template_hash, model_id). max_prompt_len: the longest training prompt, in tokens.
+    template_hash, model_id). max_prompt_len: the longest training prompt, in tokens. state: the
+    loop's counters (the non-finite streak, the held-out "before" numbers), saved with checkpoints.
     """
 
     def __init__(self, cfg, dist: Dist, device, run_id: str, start: int, log: RunLog, prov: dict, engine, tokenizer,
-                 max_prompt_len: int):
+                 max_prompt_len: int, state: dict):
         self.cfg, self.dist, self.device, self.run_id, self.start, self.log = cfg, dist, device, run_id, start, log
         self.prov, self.engine, self.tokenizer, self.max_prompt_len = prov, engine, tokenizer, max_prompt_len
+        self.state = state
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
 
@@ -327,12 +329,18 @@ class Run:
             if self.out_of_time:
                 break
 
-    def end_step(self, step: int, stats: dict, rollouts, advantages, buffer: list, probe_records: list) -> None:
+    def end_step(self, step: int, stats: dict, rollouts, batch, buffer: list, probe_records: list) -> None:
         """Timing, the resource envelope, every group that left the pipeline as rollout records, the
         metrics line; then whether a signal or the time budget ends the run after this step.
 
-        rollouts: train.Rollouts; advantages: (kept groups, G) or None; buffer: groups kept for later."""
+        rollouts: train.Rollouts; batch: the train.Batch trained on, or None; buffer: groups kept
+        for later. Raises plumbing.RunStopped after --max_nonfinite_steps steps in a row whose every
+        update was non-finite (a step that tried no update neither breaks nor extends such a run)."""
         cfg, generated, kept = self.cfg, rollouts.generated, rollouts.kept
+        advantages = None if batch is None else batch.advantages.view(len(kept), cfg.group_size)  # (groups, G)
+        now = time.time()
+        for g in kept:  # the delay between generation and use (records: lag_s)
+            g.lag_s = now - g.done_at
         stats["time/step"] = time.perf_counter() - self.t_step
         gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
         stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)
@@ -360,16 +368,24 @@ class Run:
         self.interrupted = all_reduce_max(float(self.signal.hit), self.dist) > 0
         over = cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds
         self.out_of_time = all_reduce_max(float(over), self.dist) > 0
+        if stats["policy/optimizer_steps"]:
+            all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
+            self.state["nonfinite_in_a_row"] = self.state.get("nonfinite_in_a_row", 0) + 1 if all_bad else 0
+        if self.state.get("nonfinite_in_a_row", 0) >= cfg.max_nonfinite_steps:
+            raise RunStopped(f"{self.state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients (last "
+                             f"at step {step}); the weights were left unchanged. Lower --lr, check the data, or raise "
+                             "--max_nonfinite_steps")
 
     def checkpoint_due(self, step: int) -> bool:
         c = self.cfg
         return (self.interrupted or self.out_of_time or (c.save_every and (step + 1) % c.save_every == 0)
                 or step + 1 == c.steps)
 
-    def save_checkpoint(self, step: int, model, optimizer, scheduler, trainer_state: dict) -> None:
-        """A resumable checkpoint after `step` rollout steps; trainer_state: the loop's JSON state."""
-        save_checkpoint(Path(self.cfg.run_dir), step, model, optimizer, scheduler, {"run_id": self.run_id, **trainer_state},
-                        dataclasses.asdict(self.cfg), self.dist, self.cfg.keep_checkpoints)
+    def save_checkpoint(self, step: int, model, optimizer, scheduler, source_state: dict) -> None:
+        """A resumable checkpoint after `step` rollout steps; source_state: the data position (and buffer)."""
+        save_checkpoint(Path(self.cfg.run_dir), step, model, optimizer, scheduler,
+                        {"run_id": self.run_id, "state": self.state, **source_state}, dataclasses.asdict(self.cfg), self.dist,
+                        self.cfg.keep_checkpoints)
 
     def stop(self, step: int) -> dict:
         """After SIGINT/SIGTERM: the checkpoint is written; release everything and return."""
@@ -434,6 +450,7 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
         print(json.dumps(meta["config"]), flush=True)
         print(f"[data] {len(data)} training problems from {data.name} ({data.hash}); {len(held_out or [])} held-out, "
               f"{min(cfg.probe_size, len(held_out or [])) if cfg.probe_every else 0} in the probe set", flush=True)
-    run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)))
+    run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)),
+              resumed["state"] if resumed else {"nonfinite_in_a_row": 0})
     return run, resumed
 

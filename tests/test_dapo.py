@@ -947,16 +947,3 @@ def test_token_logprobs_errors():
         dapo.token_logprobs(logits, torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError):
         dapo.token_logprobs(logits[0], tokens)
-
-
-def test_truncated_importance_weight_hand_case():
-    # log(pi_old / pi_sampler) = [0, -1, 2, 5]; cap 2 -> [1, e^-1, 2, 2]; a masked position weighs 1.
-    old = torch.tensor([[0.0, -1.0, 2.0, 5.0, 9.0]])
-    sampler = torch.zeros(1, 5)
-    mask = torch.tensor([[1, 1, 1, 1, 0]])
-    w = dapo.truncated_importance_weight(old, sampler, mask, cap=2.0)
-    expected = torch.tensor([[1.0, math.exp(-1.0), 2.0, 2.0, 1.0]])
-    assert torch.allclose(w, expected, atol=1e-6)
-    assert not w.requires_grad
-    with pytest.raises(ValueError):
-        dapo.truncated_importance_weight(old, sampler, mask, cap=0.0)
