@@ -24,9 +24,11 @@ How the "dapo" mode departs from the official rule, with the case that motivated
  1. The whole response is searched, not its last 300 characters.
     "Answer: 13" followed by 400 characters of double-checking: official says wrong.
  2. A trailing period (or CJK full stop) after the value is dropped. "Answer: 13." : official wrong.
- 3. Markdown and inline-code markup around the marker or the value is dropped: "**Answer:** 13",
+ 3. Markup around the marker or the value is dropped: markdown and inline code, "**Answer:** 13",
     "**Answer**: 13", "__Answer__: 13", "Answer: **13**", "Answer: `13`", "Answer: `$13$`",
-    "**Answer**: $`13`$". Official compares "**13**" with "13" and misses "**Answer**:".
+    "**Answer**: $`13`$"; LaTeX styling, "\\underline{13}", "\\emph{13}", "\\bm{13}", "{\\bf 13}",
+    "\\textcolor{red}{13}", "\\displaystyle 13". Official compares "**13**" with "13" and misses
+    "**Answer**:".
  4. Math delimiters and wrappers around the value are removed, in any nesting:
     "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
  5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
@@ -52,15 +54,17 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     argument ("\\boxed 314": TeX would frame the "3" alone) is malformed.
 14. The answer line may sit inside display or inline math, the closing delimiter outside the
     value: "\\[Answer: 512\\]", "$$Answer: 512$$", "\\(Answer: 512\\)", "$\\text{Answer: } 512$",
-    "\\textbf{Answer:} 512", "\\begin{equation}Answer: 512\\end{equation}". Official: wrong for most.
+    "\\textbf{Answer:} 512", "\\begin{equation}Answer: 512\\end{equation}", "Answer:\\n\\[\\n512\\n\\]",
+    "\\begin{align*}\\text{Answer: } &512\\end{align*}". Official: wrong for most.
 15. A subordinate clause after the value is an explanation, not more candidates, and is not read:
     "Answer: 56, since 7 x 8 = 56.", "Answer: 56 (because 7 times 8 is 56)", "Answer: 56, which is
     7 x 8", "Answer: 56. This is because ...", "Answer: 56 \\text{ since } ...". It opens with a
-    word from a fixed list (since, because, as, which, where, given, using, i.e., e.g. after a space
+    word from a fixed list: since, because, as, which, where, given, using, i.e., e.g. after a space
     or punctuation; from, by, via, due to, obtained, computed, calculated, found, following,
-    according only after punctuation, so "12 by 13" stays unread). Only the value before it counts,
-    so a clause can never add a candidate; "56, 57", "56 or 57" and "56, as well as 57" stay
-    several answers. Official: wrong for all (it keeps the text after the last "=": "56.").
+    according, so, hence, thus, therefore only after punctuation ("12 by 13" stays unread); "as
+    well as" and "such as" open none. Only the value before it counts, so a clause can never add a
+    candidate; "56, 57", "56 or 57" and "56, as well as 57" stay several answers. Official: wrong
+    for all (it keeps the text after the last "=": "56.").
 
 And where it is stricter (each an exploit of a string-matching reward; all score "wrong"):
 
@@ -102,7 +106,8 @@ never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-v
     (1e-5 off) and "3.14".
 22. Both signs listed are the set that "\\pm" denotes: "\\boxed{-12, 12}", "\\boxed{12, -12}",
     "12 \\text{ or } -12" for "\\pm 12", and "\\pm 12" for "-12, 12", are correct; "\\boxed{12}"
-    alone is not (a set is compared as a whole, so an extra value never helps).
+    alone is not (a set is compared as a whole, so an extra value never helps). When the ground
+    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}".
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -184,6 +189,7 @@ class _Final(NamedTuple):  # a NamedTuple: built once per response in the hot lo
     reason: str = ""  # "" when candidates were found, else a reason code
     detail: str = ""
     earlier: tuple[str, ...] = ()  # values of earlier "Answer:" markers (deviation 20)
+    line_of_boxes: bool = False  # candidates are the boxes of one line (no "Answer:" marker)
 
 
 # Every LaTeX spelling of a framed or highlighted answer (deviation 13): the kernel's \fbox and
@@ -210,12 +216,12 @@ _MAX_MARKER_GAP = 8
 _BEFORE_COLON = frozenset(bytes([byte]) for byte in b"rR" + _MARKER_GAP)
 _GAP = re.compile(rb"[ \t*_}]{0,%d}" % _MAX_MARKER_GAP)
 # Before the value: spaces and line breaks, markdown "**" and "`", the "}" of "\text{Answer:}",
-# "~", LaTeX spaces, and a display opened on a line of its own, "Answer:\n\[\n512\n\]"
+# "~", "&" (an aligned environment), LaTeX spaces, and a display opened on a line of its own, "Answer:\n\[\n512\n\]"
 # (deviations 3, 14). An opener on the value's line stays, for _peel to match with its closer.
 _LEADING = re.compile(  # written as "class* (command class*)*" so the common case is one class run
-    rb"[ \t\r\n*`}~]*(?:(?:\\(?:q?quad(?![A-Za-z])|[,;: !])"
+    rb"[ \t\r\n*`}~&]*(?:(?:\\(?:q?quad(?![A-Za-z])|[,;: !])"
     rb"|(?:\\[\[(]|\$\$|\\begin\{(?:equation|align|gather|displaymath|math)\*?\})(?=[ \t]*\r?\n))"
-    rb"[ \t\r\n*`}~]*)*"
+    rb"[ \t\r\n*`}~&]*)*"
 )
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
@@ -394,7 +400,7 @@ def _extract_final(response: str) -> _Final:
         same_line = _box_starts(data, line_start, len(data))  # "\boxed{12} or \boxed{13}"
         if len(same_line) > MAX_FINAL_BOXES:
             return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes on the final line")
-        return _Final(candidates=tuple(_box_contents(data, box) for box in same_line))
+        return _Final(candidates=tuple(_box_contents(data, box) for box in same_line), line_of_boxes=True)
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
@@ -420,8 +426,19 @@ def _earlier_values(data: bytes, start: int, final: int) -> tuple[str, ...] | No
 
 # --- normalisation common to both modes ------------------------------------------------------
 
-# "{13}" too: "\boxed{{13}}" is a box LaTeX accepts (deviation 13).
-_WRAPPERS = ("\\boxed{", "\\text{", "\\textbf{", "\\mathbf{", "\\mathrm{", "\\mbox{", "\\fbox{", "{")
+# Commands that only style their argument (deviation 3), and "{13}": "\boxed{{13}}" is a box LaTeX
+# accepts (deviation 13).
+_WRAPPERS = (
+    "\\boxed{", "\\text{", "\\textbf{", "\\mathbf{", "\\mathrm{", "\\mbox{", "\\fbox{", "\\hbox{",
+    "\\textit{", "\\textrm{", "\\textsf{", "\\texttt{", "\\textup{", "\\textsl{", "\\textnormal{", "\\emph{",
+    "\\underline{", "\\mathit{", "\\mathsf{", "\\mathtt{", "\\mathnormal{", "\\bm{", "\\boldsymbol{", "\\pmb{", "{",
+)  # fmt: skip
+# Style switches and colour before the value: "{\bf 13}", "\displaystyle 13", "\color{red} 13",
+# "\textcolor{red}{13}" (the last also needs its closing brace, checked in _peel).
+_STYLE = re.compile(
+    r"\\(?:displaystyle|textstyle|bf|it|rm|sf|tt|bfseries|boldmath|large|Large|LARGE|huge|Huge)(?![A-Za-z])\s*"
+    r"|\\color\{[^{}]{0,40}\}\s*|\\textcolor\{[^{}]{0,40}\}(?=\{)"
+)
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _END_MATH = re.compile(r"\\end\{(?:equation|align|gather|displaymath|math)\*?\}")
 _BEGIN_MATH = re.compile(r"\\begin\{((?:equation|align|gather|displaymath|math)\*?)\}")
@@ -468,6 +485,11 @@ def _peel(text: str) -> str:
                 text = text[len(opening) : -len(closing)]
                 break
         text = _peel_half_delimiters(text)
+        style = _STYLE.match(text)
+        if style is not None and not style.group().startswith("\\textcolor"):
+            text = text[style.end() :]
+        elif style is not None and text.endswith("}") and _balanced(text[style.end() + 1 : -1]):
+            text = text[style.end() :]  # "\textcolor{red}{13}" leaves "{13}", a wrapper below
         for wrapper in _WRAPPERS:
             # "\text{a} 13 \text{b}" starts and ends like a wrapper but is not one: check the braces.
             if text.startswith(wrapper) and text.endswith("}") and _balanced(text[len(wrapper) : -1]):
@@ -543,7 +565,7 @@ _ASCII_INTEGERS = re.compile(r"[0-9]+")
 # "56, which is 7 x 8", "56. This is because ...". The words of the first list open one after a
 # space; those of the second only after punctuation ("12 by 13" is not "12").
 _CLAUSE_STRONG = r"since|because|as(?!\s+well\b)|which|where|whereby|given|using|i\.\s?e\.?|e\.\s?g\.?"
-_CLAUSE_WEAK = r"from|by|via|due\s+to|obtained|computed|calculated|found|following|according"
+_CLAUSE_WEAK = r"from|by|via|due\s+to|obtained|computed|calculated|found|following|according|so|hence|thus|therefore"
 _CLAUSE = re.compile(
     rf"(?:[,;:(\[\u2014\u2013]|\\text\{{|\.\s|\s-{{1,3}}\s)\s{{0,3}}"
     rf"(?:(?:this|that|it)\s{{1,3}}(?:is|was|follows)\s{{1,3}})?(?:{_CLAUSE_STRONG}|{_CLAUSE_WEAK})(?![A-Za-z])"
@@ -787,6 +809,11 @@ def _math_ground_truth(ground_truth: str) -> str:
     return truth
 
 
+def _is_set_answer(truth: str) -> bool:
+    """True when a (normalised) ground truth is several values: a list, "\\pm", "or" (deviation 22)."""
+    return "," in truth or ";" in truth or _MATH_ALTERNATIVES.search(truth) is not None
+
+
 def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     """(normalised prediction, reason, detail) for one candidate; reason "" when it may go to the parser."""
     if not _CLAUSE.search(truth):  # deviation 15, unless the ground truth itself has such words
@@ -805,7 +832,7 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
         return None, "malformed", "unbalanced braces"
     if "__" in pred:  # dunder names are code, never math; the parser would not run it anyway
         return None, "malformed", "looks like code"
-    truth_is_set = "," in truth or ";" in truth or _MATH_ALTERNATIVES.search(truth) is not None
+    truth_is_set = _is_set_answer(truth)
     alternative = _MATH_ALTERNATIVES.search(pred)
     if alternative and not truth_is_set:
         return None, "multiple_answers", f"alternatives joined by {alternative.group()!r}"
@@ -823,9 +850,16 @@ def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
     if final.reason:
         return _verdict(False, None, final.reason, final.detail)
     texts = []
-    for candidate in final.candidates:
+    set_truth = _is_set_answer(truth)
+    if final.line_of_boxes and set_truth and len(final.candidates) > 1:
+        texts.append(", ".join(final.candidates))  # deviation 22: "\boxed{12}, \boxed{-12}" lists a set
+    for candidate in () if texts else final.candidates:
         # "Answer: the value is \boxed{1/2}": the boxes are the answer (deviation 8 in math mode).
-        texts.extend(_boxes_in(candidate) or [candidate])
+        boxes = _boxes_in(candidate)
+        if len(boxes) > 1 and set_truth:
+            texts.append(", ".join(boxes))  # "Answer: \boxed{12} and \boxed{-12}" lists a set
+        else:
+            texts.extend(boxes or [candidate])
     preds = []
     for text in texts:
         pred, reason, detail = _math_candidate(text, truth)

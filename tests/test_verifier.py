@@ -179,6 +179,8 @@ EXPLANATION_AFTER_VALUE = [
     ("Answer: 56, by the product rule 7 x 8", "56", True, "ok"),
     ("Answer: x = 56, where x = 7 \\cdot 8", "56", True, "ok"),
     ("Answer: **56** \u2014 given 7 rows of 8", "56", True, "ok"),
+    ("Answer: 56, so the product of 7 and 8 is 56", "56", True, "ok"),
+    ("Answer: 56 [since 7 x 8 = 56]", "56", True, "ok"),
     ("Answer: 57, since 7 x 8 = 56.", "56", False, "wrong"),  # the clause's 56 is not a candidate
     ("Answer: 56, 57", "56", False, "multiple_answers"),
     ("Answer: 56 or 57", "56", False, "multiple_answers"),
@@ -198,7 +200,14 @@ MARKUP_AROUND_VALUE = [
     ("Answer: ```73```", "73", True, "ok"),
     ("**Answer**: **`73`**.", "73", True, "ok"),
     ("Answer:\n```\n73\n```", "73", True, "ok"),
+    ("Answer: $\\underline{73}$", "73", True, "ok"),
+    ("Answer: \\emph{73}", "73", True, "ok"),
+    ("Answer: $\\bm{73}$", "73", True, "ok"),
+    ("Answer: {\\bf 73}", "73", True, "ok"),
+    ("Answer: \\textcolor{red}{73}", "73", True, "ok"),
+    ("Answer: $\\displaystyle 73$", "73", True, "ok"),
     ("Answer: `72`", "73", False, "wrong"),
+    ("Answer: \\textcolor{red}{73 or 74}", "73", False, "multiple_answers"),
     ("Answer: `73 or 74`", "73", False, "multiple_answers"),
     ("Answer: ___", "73", False, "placeholder"),
 ]
@@ -215,6 +224,7 @@ BOX_SPELLINGS = [
     ("so the answer is $\\bbox[border:1px solid red]{314}$.", "314", True, "ok"),
     ("so the answer is \\doublebox{314}.", "314", True, "ok"),
     ("so the answer is $\\fbox{$314$}$", "314", True, "ok"),
+    ("so the answer is \\fbox{$\\displaystyle 314$}", "314", True, "ok"),
     ("Answer: the final answer is \\fbox{314}", "314", True, "ok"),
     ("so the answer is \\fbox{313}.", "314", False, "wrong"),
     ("\\fbox{313} or \\boxed{314}", "314", False, "multiple_answers"),
@@ -236,6 +246,7 @@ ANSWER_IN_MATH = [
     ("Answer:\n$$\n512\n$$", "512", True, "ok"),
     ("Answer:\n\\begin{equation}\n512\n\\end{equation}", "512", True, "ok"),
     ("Answer: \\begin{align*} 512 \\end{align*}", "512", True, "ok"),
+    ("\\begin{align*}\\text{Answer: } &512\\end{align*}", "512", True, "ok"),
     ("\\[Answer: 511\\]", "512", False, "wrong"),
     ("\\[Answer: 512 \\text{ or } 513\\]", "512", False, "multiple_answers"),
 ]
@@ -296,6 +307,10 @@ BOTH_SIGNS = [
     ("\\boxed{12, 13}", "\\pm 12", False, "wrong"),
     ("\\boxed{\\pm 13}", "\\pm 12", False, "wrong"),
     ("\\boxed{\\pm 12}", "12", False, "multiple_answers"),  # both signs where one value is asked
+    ("\\boxed{12}, \\boxed{-12}", "\\pm 12", True, "ok"),  # boxes on the final line list the set
+    ("Answer: \\boxed{12} \\text{ or } \\boxed{-12}", "\\pm 12", True, "ok"),
+    ("\\boxed{12}, \\boxed{-12}, \\boxed{13}", "\\pm 12", False, "wrong"),
+    ("\\boxed{12}, \\boxed{13}", "12", False, "multiple_answers"),  # one value asked: boxes must agree
 ]
 
 
@@ -701,7 +716,10 @@ arithmetic = st.text(alphabet="0123456789 =+-()x", max_size=40)
 CLAUSE_OPENERS = [
     ", since", " because", ", which is", " (because", ", as", "; i.e.", ". This is because", ", by", ", where",
 ]
-MARKUP = ["`{}`", "**{}**", "${}$", "\\({}\\)", "_{}_", "```{}```", "$`{}`$", "\\boxed{{{}}}", "\\fbox{{{}}}"]
+MARKUP = [
+    "`{}`", "**{}**", "${}$", "\\({}\\)", "_{}_", "```{}```", "$`{}`$", "\\boxed{{{}}}", "\\fbox{{{}}}",
+    "\\underline{{{}}}", "\\textcolor{{red}}{{{}}}", "{{\\bf {}}}", "\\emph{{{}}}",
+]
 BOXES = [
     "\\fbox{{{}}}", "\\boxed {{{}}}", "\\boxed{{{{{}}}}}", "\\framebox[3cm]{{{}}}", "\\colorbox{{yellow}}{{{}}}",
     "\\fcolorbox{{red}}{{white}}{{{}}}", "\\bbox[2px]{{{}}}", "\\doublebox{{{}}}", "\\ovalbox{{{}}}",
