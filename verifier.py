@@ -120,6 +120,7 @@ import collections
 import functools
 import itertools
 import json
+import math
 import os
 import re
 import select
@@ -612,8 +613,9 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
         core = core.strip("*`$ ")
         if core.startswith("\\boxed{") and core.endswith("}"):  # "$\boxed{85}$.": its one box
             core = core[len("\\boxed{") : -1].strip()
-        if core.isdigit():
-            return _canonical_int("", core), "", ""
+        sign = core[:1] if core[:1] in ("-", "+") else ""  # "-3"
+        if core[len(sign) :].isdigit():
+            return _canonical_int(sign, core[len(sign) :]), "", ""
     # deviation 8: the boxes are the value, whatever the words around them (the words of a clause
     # too, unless the line is too long to read whole: then only those before the clause)
     head = text if len(text) <= MAX_ANSWER_CHARS else _before_clause(text)
@@ -1223,13 +1225,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive(kind: type):
+    """An argparse type: a finite number of `kind` above 0, else a one-line argparse error."""
+
     def parse(text: str):
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
         return value
 
     parse.__name__ = f"positive {kind.__name__}"
