@@ -950,6 +950,7 @@ class _MathWorker:
 
 
 _idle_workers: list[_MathWorker] = []
+_STARTER_THREAD = "verifier-math-worker-start"  # the name of a thread starting a replacement worker
 _workers_lock = threading.Lock()
 
 
@@ -986,7 +987,7 @@ def _ask_math_worker(request: dict, timeout_s: float) -> dict:
         crashed = worker.proc.poll() is not None
         worker.kill()  # a hung parser cannot be interrupted; the process is the unit we can stop
         # Start the replacement now, so the next call does not pay the start-up time.
-        threading.Thread(target=_start_idle_worker, daemon=True).start()
+        threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD).start()
         if crashed:
             return {"status": "worker_error", "detail": f"worker exited with code {worker.proc.returncode}"}
         return {"status": "timeout", "detail": f"no verdict after {time.monotonic() - started:.2f}s"}

@@ -526,30 +526,36 @@ BOMBS = [
 ]
 
 
-def _ensure_idle_worker() -> None:
+def _ensure_idle_worker(limit_s: float = 300.0) -> None:
     """Have a started math worker waiting, so that each timing below measures the time limit, not
     a worker start-up (which score() does not count: see its docstring). After a timeout the killed
-    worker's replacement starts in the background; starting one more here is harmless."""
-    if not verifier._idle_workers:
-        verifier._start_idle_worker()
-    assert verifier._idle_workers
+    worker's replacement starts in a background thread: wait for it; with none starting, start one.
+    limit_s is a hang guard only (a start takes seconds)."""
+    deadline = time.monotonic() + limit_s
+    while not verifier._idle_workers and time.monotonic() < deadline:
+        if not any(thread.name == verifier._STARTER_THREAD for thread in threading.enumerate()):
+            verifier._start_idle_worker()
+        else:
+            time.sleep(0.05)
+    assert verifier._idle_workers, f"no math worker ready within {limit_s} s"
 
 
 # Text built to make string rules slow (backtracking, quadratic rescans, one check per marker):
-# 100-300 KB each, so a quadratic rule would take minutes on them.
+# 100-300 KB each, so a quadratic rule would take minutes on them. With each, the exact verdicts
+# (correct, reason) of "dapo" and "dapo-official" for the ground truth 3.
 STRING_BOMBS = [
-    "answer:" * 40_000,
-    "Answer: 1.5 or x\n" * 10_000 + "Answer: 3",
-    "Answer: 1" + ", since" * 40_000,
-    ":" * 200_000,
-    "Answer: " + "1 " * 100_000,
-    "box" * 100_000,
-    "\\fbox" * 50_000,
-    "\\colorbox{" * 30_000,
-    "Answer: " + "`" * 100_000 + "3",
-    "Answer: " + "\\[" * 50_000 + "3",
-    "Answer: 3" + " (because" * 30_000,
-    "\uff1a answer" * 30_000,
+    ("answer:" * 40_000, (False, "multiple_answers"), (False, "wrong")),  # over 16 markers: spam
+    ("Answer: 1.5 or x\n" * 10_000 + "Answer: 3", (False, "multiple_answers"), (True, "ok")),
+    ("Answer: 1" + ", since" * 40_000, (False, "wrong"), (False, "no_answer")),
+    (":" * 200_000, (False, "no_answer"), (False, "no_answer")),
+    ("Answer: " + "1 " * 100_000, (False, "malformed"), (False, "no_answer")),  # over 1000 characters
+    ("box" * 100_000, (False, "no_answer"), (False, "no_answer")),
+    ("\\fbox" * 50_000, (False, "multiple_answers"), (False, "no_answer")),  # over 16 boxes
+    ("\\colorbox{" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
+    ("Answer: " + "`" * 100_000 + "3", (True, "ok"), (False, "no_answer")),
+    ("Answer: " + "\\[" * 50_000 + "3", (False, "malformed"), (False, "no_answer")),
+    ("Answer: 3" + " (because" * 30_000, (True, "ok"), (False, "no_answer")),
+    ("\uff1a answer" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
 ]
 # Hang guard for the string rules: 1 s per call. A call normally takes 10-100 microseconds and
 # the largest bomb a few milliseconds, so the margin is over 100x even on a slow, busy machine.
@@ -559,13 +565,13 @@ STRING_HANG_GUARD_S = 1.0
 MATH_HANG_MARGIN_S = 10.0
 
 
-@pytest.mark.parametrize("bomb", STRING_BOMBS, ids=range(len(STRING_BOMBS)))
-def test_string_bombs_are_linear(bomb):
-    for mode in ("dapo", "dapo-official"):
+@pytest.mark.parametrize("bomb, dapo, official", STRING_BOMBS, ids=range(len(STRING_BOMBS)))
+def test_string_bombs_are_linear(bomb, dapo, official):
+    for mode, verdict in (("dapo", dapo), ("dapo-official", official)):
         start = time.monotonic()
         s = score(bomb, "3", mode=mode)
         elapsed = time.monotonic() - start
-        assert isinstance(s, Score) and s.reason in REASONS
+        assert (s.correct, s.reason) == verdict, (mode, s.detail)
         assert elapsed < STRING_HANG_GUARD_S, (mode, elapsed)
 
 
