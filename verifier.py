@@ -24,11 +24,11 @@ How the "dapo" mode departs from the official rule, with the case that motivated
  1. The whole response is searched, not its last 300 characters.
     "Answer: 13" followed by 400 characters of double-checking: official says wrong.
  2. A trailing period (or CJK full stop) after the value is dropped. "Answer: 13." : official wrong.
- 3. Markup around the marker or the value is dropped: markdown and inline code, "**Answer:** 13",
-    "**Answer**: 13", "__Answer__: 13", "Answer: **13**", "Answer: `13`", "Answer: `$13$`",
-    "**Answer**: $`13`$"; LaTeX styling, "\\underline{13}", "\\emph{13}", "\\bm{13}", "{\\bf 13}",
-    "\\textcolor{red}{13}", "\\displaystyle 13". Official compares "**13**" with "13" and misses
-    "**Answer**:".
+ 3. Markup around the marker or the value is dropped: markdown, inline code and HTML,
+    "**Answer:** 13", "**Answer**: 13", "__Answer__: 13", "Answer: **13**", "Answer: `13`",
+    "Answer: `$13$`", "**Answer**: $`13`$", "Answer: <code>13</code>"; LaTeX styling,
+    "\\underline{13}", "\\emph{13}", "\\bm{13}", "{\\bf 13}", "\\textcolor{red}{13}",
+    "\\displaystyle 13". Official compares "**13**" with "13" and misses "**Answer**:".
  4. Math delimiters and wrappers around the value are removed, in any nesting:
     "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
  5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
@@ -441,6 +441,8 @@ _STYLE = re.compile(
     r"|\\color\{[^{}]{0,40}\}\s*|\\textcolor\{[^{}]{0,40}\}(?=\{)"
 )
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# HTML markup a chat model may emit around the value (deviation 3): "<code>13</code>", "<b>13</b>".
+_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
 _END_MATH = re.compile(r"\\end\{(?:equation|align|gather|displaymath|math)\*?\}")
 _BEGIN_MATH = re.compile(r"\\begin\{((?:equation|align|gather|displaymath|math)\*?)\}")
 _PLACEHOLDER = re.compile(
@@ -478,6 +480,8 @@ def _peel(text: str) -> str:
         inner = text.strip("`_").strip()  # deviation 3: `13`, ```13```, _13_; "___" stays a placeholder
         if inner:
             text = inner
+        if text.startswith("<") and (html := _HTML_PAIR.fullmatch(text)):
+            text = html[2]
         # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.")
         if text.endswith((".", "\u3002")) and not text.endswith(".."):
             text = text[:-1]

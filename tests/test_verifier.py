@@ -200,6 +200,8 @@ MARKUP_AROUND_VALUE = [
     ("Answer: ```73```", "73", True, "ok"),
     ("**Answer**: **`73`**.", "73", True, "ok"),
     ("Answer:\n```\n73\n```", "73", True, "ok"),
+    ("Answer: <code>73</code>", "73", True, "ok"),
+    ("Answer: <b>`73`</b>.", "73", True, "ok"),
     ("Answer: $\\underline{73}$", "73", True, "ok"),
     ("Answer: \\emph{73}", "73", True, "ok"),
     ("Answer: $\\bm{73}$", "73", True, "ok"),
