@@ -436,7 +436,7 @@ _WRAPPERS = (
 )  # fmt: skip
 # Style switches and colour before the value: "{\bf 13}", "\displaystyle 13", "\color{red} 13",
 # "\textcolor{red}{13}" (the last also needs its closing brace, checked in _peel).
-_STYLE = re.compile(
+_STYLING = re.compile(
     r"\\(?:displaystyle|textstyle|bf|it|rm|sf|tt|bfseries|boldmath|large|Large|LARGE|huge|Huge)(?![A-Za-z])\s*"
     r"|\\color\{[^{}]{0,40}\}\s*|\\textcolor\{[^{}]{0,40}\}(?=\{)"
 )
@@ -490,7 +490,7 @@ def _peel(text: str) -> str:
                 text = text[len(opening) : -len(closing)]
                 break
         text = _peel_half_delimiters(text)
-        style = _STYLE.match(text)
+        style = _STYLING.match(text)
         if style is not None and not style.group().startswith("\\textcolor"):
             text = text[style.end() :]
         elif style is not None and text.endswith("}") and _balanced(text[style.end() + 1 : -1]):
