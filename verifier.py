@@ -8,27 +8,35 @@ unknown mode. Three modes:
 - "dapo" (default; integer ground truths as in DAPO-Math-17k and AIME). The last "Answer:" line
   decides, as in the official rule, without its false negatives. Pure string work, linear time,
   no parser and no subprocess: this is the reward in the hot loop.
-- "dapo-official": the official rule bit for bit (verl `math_dapo.compute_score`, summarised in
-  DAPO_FACTS.md section 4), so a reproduction can score exactly as the paper did.
+- "dapo-official": the official rule bit for bit, so a reproduction can score exactly as the paper
+  did (DAPO, Yu et al. 2025, arXiv:2503.14476, whose reward is verl's
+  `verl/utils/reward_score/math_dapo.py` `compute_score` with its default `strict_box_verify=False`):
+  the last 300 characters of the response, the last match of `Answer\\s*:\\s*([^\\n]+)` in them
+  (case-insensitive), the Minerva normalisation of lm-evaluation-harness `hendrycks_math`
+  (`normalize_final_answer`) on it and on the ground truth, string equality, reward +1 or -1.
 - "math": general answers (fractions, radicals, pi, intervals, tuples, equations, percent,
-  degrees). Our code extracts and normalises; math-verify (LaTeX parser -> sympy, never `eval`)
-  decides equivalence inside a persistent worker process that is killed past `timeout_s`.
+  degrees). Our code extracts and normalises; math-verify (huggingface/Math-Verify: LaTeX parser ->
+  sympy, never `eval`) decides equivalence inside a persistent worker process that is killed past
+  `timeout_s`, with our rule for comparing numbers (deviation 21).
 
 How the "dapo" mode departs from the official rule, with the case that motivated each change:
 
  1. The whole response is searched, not its last 300 characters.
     "Answer: 13" followed by 400 characters of double-checking: official says wrong.
  2. A trailing period (or CJK full stop) after the value is dropped. "Answer: 13." : official wrong.
- 3. Markdown emphasis around the marker or the value is dropped.
-    "**Answer:** 13", "Answer: **13**": official compares "**13**" with "13".
+ 3. Markup around the marker or the value is dropped: markdown, inline code and HTML,
+    "**Answer:** 13", "**Answer**: 13", "__Answer__: 13", "Answer: **13**", "Answer: `13`",
+    "Answer: `$13$`", "**Answer**: $`13`$", "Answer: <code>13</code>"; LaTeX styling,
+    "\\underline{13}", "\\emph{13}", "\\bm{13}", "{\\bf 13}", "\\textcolor{red}{13}",
+    "\\displaystyle 13". Official compares "**13**" with "13" and misses "**Answer**:".
  4. Math delimiters and wrappers around the value are removed, in any nesting:
     "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
  5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
  6. Thousands separators are removed wherever they are valid groupings, LaTeX ones included:
     "Answer: 1\\,000", "Answer: 1{,}000." for 1000 (official: only bare "1,000" with nothing else).
- 7. A response with no "Answer:" line is judged on its last \\boxed{}.
+ 7. A response with no "Answer:" line is judged on its last box (deviation 13 lists the spellings).
     "... so the answer is \\boxed{13}." : official wrong.
- 8. A \\boxed{} inside the answer line is the value, whatever the words around it.
+ 8. A box inside the answer line is the value, whatever the words around it.
     "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
  9. Unit words and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "13^\\circ",
     "13\\%", "\\$13". Official removes only a fixed list of units.
@@ -38,23 +46,68 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     'after "Answer:".' are skipped. Official judges the echo when it comes last.
 12. Only text after the last "</think>" counts, and a response whose last tag is an unclosed
     "<think>" has no final answer yet: an "Answer:" inside a reasoning block is not the final answer.
+13. Every LaTeX spelling of a box is a box: "\\fbox{314}", "\\boxed {314}", "\\boxed{{314}}",
+    "\\framebox[2cm][c]{314}", "\\colorbox{yellow}{314}", "\\fcolorbox{red}{white}{314}",
+    "\\Aboxed{x &= 314}" (mathtools), "\\bbox[border:1px]{314}" (MathJax), "\\doublebox{314}",
+    "\\ovalbox", "\\Ovalbox", "\\shadowbox" (fancybox). Official reads none of them (its boxed
+    variant, `strict_box_verify=True`, looks for "\\boxed{" only). A box command with no braced
+    argument ("\\boxed 314": TeX would frame the "3" alone) is malformed.
+14. The answer line may sit inside display or inline math, the closing delimiter outside the
+    value: "\\[Answer: 512\\]", "$$Answer: 512$$", "\\(Answer: 512\\)", "$\\text{Answer: } 512$",
+    "\\textbf{Answer:} 512", "\\begin{equation}Answer: 512\\end{equation}", "Answer:\\n\\[\\n512\\n\\]",
+    "\\begin{align*}\\text{Answer: } &512\\end{align*}". Official: wrong for most.
+15. A subordinate clause after the value is an explanation, not more candidates, and is not read:
+    "Answer: 56, since 7 x 8 = 56.", "Answer: 56 (because 7 times 8 is 56)", "Answer: 56, which is
+    7 x 8", "Answer: 56. This is because ...", "Answer: 56 \\text{ since } ...". It opens with a
+    word from a fixed list: since, because, as, which, where, given, using, i.e., e.g. after a space
+    or punctuation; from, by, via, due to, obtained, computed, calculated, found, following,
+    according, so, hence, thus, therefore only after punctuation ("12 by 13" stays unread); "as
+    well as" and "such as" open none. Only the value before it counts, so a clause can never add a
+    candidate; "56, 57", "56 or 57" and "56, as well as 57" stay several answers. Official: wrong
+    for all (it keeps the text after the last "=": "56.").
 
 And where it is stricter (each an exploit of a string-matching reward; all score "wrong"):
 
-13. Several candidates in the final answer are wrong: "x = 12 or x = 13" (official: correct for 13,
+16. Several candidates in the final answer are wrong: "x = 12 or x = 13" (official: correct for 13,
     it keeps only the text after the last "="), "12, 13", "12-13", "1, 2, 3, ..., 100".
-14. A \\boxed{} after the final "Answer:" line that disagrees with it is a contradiction.
-15. Only ASCII letters spell "answer" and only ASCII digits are digits: Cyrillic "Аnswer",
+17. A box after the final "Answer:" line that disagrees with it is a contradiction.
+18. Only ASCII letters spell "answer" and only ASCII digits are digits: Cyrillic "Аnswer",
     full-width "１３", superscripts and Arabic-Indic digits never count as 13.
-16. The ground truth must be an integer (DAPO-Math-17k and AIME are); anything else raises.
+19. The ground truth must be an integer (DAPO-Math-17k and AIME are); anything else raises.
+20. Every "Answer:" line after the last "</think>" is a final answer, and they must all state the
+    same value: "Answer: 17\\nAnswer: 18\\nAnswer: 19" is a spray of guesses (multiple_answers;
+    official: correct for 19), "Answer: 19 ... Answer: 19" is fine. A corrected answer is several
+    answers too: "Answer: 17. Wait, that is wrong. ... Answer: 19" scores multiple_answers. Reason:
+    any exception keyed on retraction words ("wait", "wrong", "actually") is a string the policy
+    learns to emit between guesses, and the prompt asks for one final "Answer:" line; a model that
+    corrects itself can do so before writing it (or inside <think>). An earlier line's value is
+    its reading by the rules above, else the number it starts with ("17. Wait, ..." states 17);
+    a line that states no number ("To answer: we first ...") is not compared. Earlier boxes are
+    not compared (a box may hold an intermediate result); only boxes after the final line are (17).
 
-The "math" mode extracts the final answer with the same rules (1-15), then: our normaliser removes
-\\left/\\right, \\dfrac, spacing commands and thousands separators; a list or alternatives ("or",
-"\\pm", "...") count as several answers unless the ground truth has that form too; non-ASCII
-characters other than a few math symbols (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings
-or two plain integers are decided here; everything else goes to math-verify's LaTeX parser and
-`verify` (percent and degrees compare as plain numbers there: "50\\%" == 50, "30^\\circ" == 30).
-math-verify's plain-expression extractor is never used: it calls sympy's parse_expr, i.e. eval().
+The "math" mode extracts the final answer with the same rules (1-18; the last "Answer:" line
+decides, earlier ones are not compared as in 20), then: our normaliser removes
+\\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
+lists count as several answers unless the ground truth is a set of values too (22), and an
+ellipsis unless the ground truth has one; non-ASCII characters other than a few math symbols
+(π ° ∞ × · ≤ ≥ −) are malformed; two identical strings or two plain integers are decided here;
+everything else goes to math-verify's LaTeX parser and `verify` (percent and degrees compare as
+plain numbers there: "50\\%" == 50, "30^\\circ" == 30). math-verify's plain-expression extractor is
+never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-verify 0.9.0:
+
+21. Numbers are compared exactly, not by rounding. math-verify rounds to 6 decimal places when
+    either side is a decimal and otherwise drops differences below about 1e-15, so
+    "\\frac{1}{3^{60}}" == "\\frac{1}{3^{61}}" and "0.0000008" == "0.0000007" there; both are wrong
+    here. Exact values (integers, fractions, powers, radicals, pi) compare exactly; a decimal is the
+    exact number it spells, compared exactly with any value that has a finite decimal expansion
+    ("0.5" == "\\frac12", "12.0000001" != 12); only a decimal against a value with none (1/3, pi,
+    sqrt 2) uses a relative tolerance, |a - b| <= 5e-6 * max(|a|, |b|), which accepts every correct
+    rounding to 6 significant digits ("0.333333" for 1/3, "3.14159" for pi) and rejects "0.33333"
+    (1e-5 off) and "3.14".
+22. Both signs listed are the set that "\\pm" denotes: "\\boxed{-12, 12}", "\\boxed{12, -12}",
+    "12 \\text{ or } -12" for "\\pm 12", and "\\pm 12" for "-12, 12", are correct; "\\boxed{12}"
+    alone is not (a set is compared as a whole, so an extra value never helps). When the ground
+    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}".
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -65,7 +118,9 @@ import argparse
 import atexit
 import collections
 import functools
+import itertools
 import json
+import math
 import os
 import re
 import select
@@ -80,7 +135,7 @@ from typing import NamedTuple
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-1"
+VERSION = "dapo-verifier-2"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".
@@ -125,43 +180,107 @@ def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> 
     return Score(correct, 1.0 if correct else -1.0, pred, reason, detail)
 
 
-# --- extraction: find the final answer (shared by "dapo" and "math") --------------------------
+# --- extraction: find the final answer (used by "dapo" and "math") ----------------------------
 
 
 class _Final(NamedTuple):  # a NamedTuple: built once per response in the hot loop, and cheap
     """The final-answer text of a response, or why there is none."""
 
-    candidates: tuple[str, ...] = ()  # texts that must all agree: the answer, then later \boxed{}
+    candidates: tuple[str, ...] = ()  # texts that must all agree: the answer, then later boxes
     reason: str = ""  # "" when candidates were found, else a reason code
     detail: str = ""
+    earlier: tuple[str, ...] = ()  # values of earlier "Answer:" markers (deviation 20)
+    line_of_boxes: bool = False  # candidates are the boxes of one line (no "Answer:" marker)
 
 
-_BOX = re.compile(rb"\\boxed\{")
+# Every LaTeX spelling of a framed or highlighted answer (deviation 13): the kernel's \fbox and
+# \framebox[width][pos]{...}, xcolor's \colorbox{colour}{...} and \fcolorbox{frame}{back}{...},
+# amsmath's \boxed, mathtools' \Aboxed, MathJax's \bbox[options]{...}, fancybox's four frames.
+_BOX = re.compile(
+    rb"\\(boxed|fbox|framebox|fcolorbox|colorbox|bbox|Aboxed|doublebox|ovalbox|Ovalbox|shadowbox)(?![A-Za-z])"
+)
+_BOX_NAME_REACH = 7  # most bytes between the backslash and the "box" inside a name ("\fcolorbox")
+_BOX_COLOUR_ARGS = {b"colorbox": 1, b"fcolorbox": 2}  # brace groups before the content
+_BOX_OPTION = re.compile(rb"\s*\[[^\[\]{}\n]{0,100}\]")  # "[2cm]", "[rgb]", "[5px,border:2px solid]"
+_BOX_COLOUR = re.compile(rb"\s*\{[^{}\n]{0,100}\}")  # "{yellow}", "{0.9,0.9,1}"
+_BOX_OPEN = re.compile(rb"\s*\{")  # LaTeX allows "\boxed {13}"
 _BRACE = re.compile(rb"[{}]")
-# More boxes than this in the final statement is spam, not an answer (and would cost work).
+# More boxes than this in the final statement, or more "Answer:" lines than this before the final
+# one, is spam, not an answer (and would cost work).
 MAX_FINAL_BOXES = 16
-_FULLWIDTH_COLON = "\uff1a".encode()
+MAX_ANSWER_LINES = 16
+_FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
 _FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
-_GAP = re.compile(rb"[ \t]*")  # "Answer :"
-_LEADING = re.compile(rb"[ \t\r\n*]*")  # before the value
+# Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
+_MARKER_GAP = b" \t*_}"
+_MAX_MARKER_GAP = 8
+_BEFORE_COLON = frozenset(bytes([byte]) for byte in b"rR" + _MARKER_GAP)
+_GAP = re.compile(rb"[ \t*_}]{0,%d}" % _MAX_MARKER_GAP)
+# Before the value: spaces and line breaks, markdown "**" and "`", the "}" of "\text{Answer:}",
+# "~", "&" (an aligned environment), LaTeX spaces, and a display opened on a line of its own, "Answer:\n\[\n512\n\]"
+# (deviations 3, 14). An opener on the value's line stays, for _peel to match with its closer.
+_LEADING = re.compile(  # written as "class* (command class*)*" so the common case is one class run
+    rb"[ \t\r\n*`}~&]*(?:(?:\\(?:q?quad(?![A-Za-z])|[,;: !])"
+    rb"|(?:\\[\[(]|\$\$|\\begin\{(?:equation|align|gather|displaymath|math)\*?\})(?=[ \t]*\r?\n))"
+    rb"[ \t\r\n*`}~&]*)*"
+)
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 
 
-def _box_starts(data: bytes, start: int, end: int) -> list[int]:
-    """Byte offsets of every "\\boxed{" in data[start:end] (a C-speed scan)."""
-    if data.find(b"\\boxed{", start, end) < 0:  # the common case, and cheaper than the regex
+def _box_starts(data: bytes, start: int, end: int) -> list[re.Match]:
+    """The box commands (any spelling, deviation 13) in data[start:end], at most MAX_FINAL_BOXES + 1
+    of them (more is spam to every caller)."""
+    if data.find(b"box", start, end) < 0:  # the common case, and cheaper than the regex
         return []
-    return [m.start() for m in _BOX.finditer(data, start, end)]
+    return list(itertools.islice(_BOX.finditer(data, start, end), MAX_FINAL_BOXES + 1))
 
 
-def _box_contents(data: bytes, at: int) -> str:
-    """The contents of the \\boxed{...} starting at byte `at`, braces matched by depth.
+def _last_box(data: bytes, start: int) -> re.Match | None:
+    """The last box command in data[start:]: found from the end with C-speed rfind (the box is
+    usually near the end), or by one regex scan when "box" keeps turning up in other words."""
+    end = len(data)
+    for _ in range(8):
+        i = data.rfind(b"box", start, end)
+        if i < 0:
+            return None
+        slash = data.rfind(b"\\", max(start, i - _BOX_NAME_REACH), i)
+        if slash >= 0 and (m := _BOX.match(data, slash)) and m.end() > i:
+            return m
+        end = i + 2  # next: occurrences that start before i
+    last = None
+    for last in _BOX.finditer(data, start, end):
+        pass
+    return last
 
-    A box that does not close within MAX_ANSWER_CHARS bytes comes back as "{", an unbalanced text
-    every normaliser reports as malformed: a long or broken box costs bounded work, not a hang.
+
+def _box_contents(data: bytes, box: re.Match) -> str:
+    """The contents of a box command, after its optional and colour arguments, braces matched
+    by depth.
+
+    A box with no brace group where one is due ("\\boxed 13": TeX would frame the "1" alone), or one
+    that does not close within MAX_ANSWER_CHARS bytes, comes back as "{", an unbalanced text every
+    normaliser reports as malformed: a long or broken box costs bounded work, not a hang.
     """
-    open_at = at + len(b"\\boxed")
+    open_at = box.end()
+    colours = _BOX_COLOUR_ARGS.get(box[1], 0)
+    if colours or data[open_at : open_at + 1] != b"{":  # the common "\boxed{" skips all this
+        for _ in range(2):  # \framebox[width][position]{...}, \colorbox[model]{...}
+            option = _BOX_OPTION.match(data, open_at)
+            if option is None:
+                break
+            open_at = option.end()
+        for _ in range(colours):
+            colour = _BOX_COLOUR.match(data, open_at)
+            if colour is None:
+                return "{"
+            open_at = colour.end()
+            option = _BOX_OPTION.match(data, open_at)  # \fcolorbox[model]{frame}[model]{back}{...}
+            open_at = option.end() if option else open_at
+        opening = _BOX_OPEN.match(data, open_at)
+        if opening is None:
+            return "{"
+        open_at = opening.end() - 1
     depth = 0
     for brace in _BRACE.finditer(data, open_at, open_at + MAX_ANSWER_CHARS + 2):
         depth += 1 if brace.group() == b"{" else -1
@@ -171,18 +290,60 @@ def _box_contents(data: bytes, at: int) -> str:
 
 
 def _boxes_in(text: str) -> list[str]:
-    """Contents of every \\boxed{...} in one answer text (at most MAX_FINAL_BOXES + 1 of them)."""
+    """Contents of every box in one answer text (at most MAX_FINAL_BOXES + 1 of them)."""
     data = text.encode("utf-8", "replace")
-    return [_box_contents(data, at) for at in _box_starts(data, 0, len(data))[: MAX_FINAL_BOXES + 1]]
+    return [_box_contents(data, box) for box in _box_starts(data, 0, len(data))[: MAX_FINAL_BOXES + 1]]
+
+
+def _markers(data: bytes, start: int, end: int, limit: int) -> list[tuple[int, int]]:
+    """(start of "answer", end of its colon) for the "Answer:" markers in data[start:end], in order;
+    more than `limit` of them stops the search (the caller then has spam, not an answer).
+
+    Found from the colons, a memchr scan much cheaper than lowering the text: a colon, at most
+    _MAX_MARKER_GAP bytes of spaces or markup, then "answer" in any ASCII case.
+    """
+    found = []
+    colon = start - 1
+    while len(found) <= limit and (colon := data.find(b":", colon + 1, end)) >= 0:
+        # most colons follow a byte that can end neither "answer" nor a gap: skip the call
+        if data[colon - 1 : colon] in _BEFORE_COLON and (begin := _answer_before(data, start, colon)) >= 0:
+            found.append((begin, colon + 1))
+    if not data.isascii() and data.find(b"\x9a", start, end) >= 0:  # the full-width colon's last byte
+        colon = start - 1
+        while len(found) <= limit and (colon := data.find(_FULLWIDTH_COLON, colon + 1, end)) >= 0:
+            if (begin := _answer_before(data, start, colon)) >= 0:
+                found.append((begin, colon + len(_FULLWIDTH_COLON)))
+        found.sort()
+    return found
+
+
+def _answer_before(data: bytes, start: int, colon: int) -> int:
+    """Where "answer" starts when it ends just before `colon` (past a short gap), else -1."""
+    k = colon
+    while k > start and colon - k < _MAX_MARKER_GAP and data[k - 1] in _MARKER_GAP:
+        k -= 1
+    if k - 6 >= start and data[k - 6 : k].lower() == b"answer":  # 6 == len("answer")
+        return k - 6
+    return -1
+
+
+def _value_line(data: bytes, colon_end: int, end: int) -> tuple[str, int]:
+    """The value after a marker: from past the leading markup to the end of its line or `end`."""
+    j = _LEADING.match(data, colon_end).end()
+    line_end = data.find(b"\n", j, end)
+    line_end = end if line_end < 0 else line_end
+    return data[j:line_end].decode("utf-8", "replace"), line_end
 
 
 def _extract_final(response: str) -> _Final:
-    """The final answer: the last "Answer:" line (plus any later \boxed{}), else the last \boxed{}.
+    """The final answer: the last "Answer:" marker's value (plus any later box, and the values of
+    earlier markers, which must agree), else the boxes on the line of the last box.
 
     Works on UTF-8 bytes: `bytes.lower()` folds ASCII letters only, so offsets stay aligned and
-    look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 15). Every search
+    look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 18). Every search
     is a C-speed `find`/`rfind`, and only the tail is lowered, a window at a time: the answer is
-    almost always in the last lines (the hot loop needs >= 50k responses/s).
+    almost always in the last lines (the hot loop needs >= 50k responses/s). Earlier markers are
+    found from their colons (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
     start = 0
@@ -220,31 +381,70 @@ def _extract_final(response: str) -> _Final:
             if _ECHO.match(line):
                 echoed = True  # deviation 11: the prompt's instruction, echoed back
                 continue
+            # deviation 20: the values of earlier markers; one memchr when there is no other colon
+            no_colon = data.find(b":", start, low_start + i) < 0 and response.isascii()
+            earlier = () if no_colon else _earlier_values(data, start, low_start + i)
+            if earlier is None:
+                return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
             later = _box_starts(data, line_end, len(data))
             if not later:  # the common case, kept cheap
-                return _Final(candidates=(line,))
+                return _Final(candidates=(line,), earlier=earlier)
             if len(later) > MAX_FINAL_BOXES:
-                return _Final(reason="multiple_answers", detail=f"{len(later)} boxes after the final answer")
-            # deviation 14: boxes after the answer line must agree with it
-            return _Final(candidates=(line, *(_box_contents(data, at) for at in later)))
+                return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
+            # deviation 17: boxes after the answer line must agree with it
+            return _Final(candidates=(line, *(_box_contents(data, box) for box in later)), earlier=earlier)
         end = low_start
 
-    last = data.rfind(b"\\boxed{", start)
-    if last >= 0:  # deviation 7: no "Answer:" line, the last \boxed{} decides
-        line_start = data.rfind(b"\n", start, last) + 1
+    last = _last_box(data, start)
+    if last is not None:  # deviation 7: no "Answer:" line, the last box decides
+        line_start = data.rfind(b"\n", start, last.start()) + 1
         same_line = _box_starts(data, line_start, len(data))  # "\boxed{12} or \boxed{13}"
         if len(same_line) > MAX_FINAL_BOXES:
-            return _Final(reason="multiple_answers", detail=f"{len(same_line)} boxes on the final line")
-        return _Final(candidates=tuple(_box_contents(data, at) for at in same_line))
+            return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes on the final line")
+        return _Final(candidates=tuple(_box_contents(data, box) for box in same_line), line_of_boxes=True)
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
 
 
-# --- normalisation shared by both modes -------------------------------------------------------
+def _earlier_values(data: bytes, start: int, final: int) -> tuple[str, ...] | None:
+    """The values of the "Answer:" markers in data[start:final], echoes left out (deviation 20);
+    None when there are more than MAX_ANSWER_LINES of them, a spray that is not read (bounded work).
+    Each runs to the end of its line or to the next marker: "Answer: 17 ... Answer: 19"."""
+    markers = _markers(data, start, final, MAX_ANSWER_LINES)
+    if not markers:  # the common case
+        return ()
+    if len(markers) > MAX_ANSWER_LINES:
+        return None
+    values = []
+    for index, (_, colon_end) in enumerate(markers):
+        until = markers[index + 1][0] if index + 1 < len(markers) else final
+        line, _ = _value_line(data, colon_end, until)
+        if not _ECHO.match(line):
+            values.append(line)
+    return tuple(values)
 
-_WRAPPERS = ("\\boxed{", "\\text{", "\\textbf{", "\\mathbf{", "\\mathrm{", "\\mbox{", "\\fbox{")
+
+# --- normalisation common to both modes ------------------------------------------------------
+
+# Commands that only style their argument (deviation 3), and "{13}": "\boxed{{13}}" is a box LaTeX
+# accepts (deviation 13).
+_WRAPPERS = (
+    "\\boxed{", "\\text{", "\\textbf{", "\\mathbf{", "\\mathrm{", "\\mbox{", "\\fbox{", "\\hbox{",
+    "\\textit{", "\\textrm{", "\\textsf{", "\\texttt{", "\\textup{", "\\textsl{", "\\textnormal{", "\\emph{",
+    "\\underline{", "\\mathit{", "\\mathsf{", "\\mathtt{", "\\mathnormal{", "\\bm{", "\\boldsymbol{", "\\pmb{", "{",
+)  # fmt: skip
+# Style switches and colour before the value: "{\bf 13}", "\displaystyle 13", "\color{red} 13",
+# "\textcolor{red}{13}" (the last also needs its closing brace, checked in _peel).
+_STYLING = re.compile(
+    r"\\(?:displaystyle|textstyle|bf|it|rm|sf|tt|bfseries|boldmath|large|Large|LARGE|huge|Huge)(?![A-Za-z])\s*"
+    r"|\\color\{[^{}]{0,40}\}\s*|\\textcolor\{[^{}]{0,40}\}(?=\{)"
+)
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
+# HTML markup a chat model may emit around the value (deviation 3): "<code>13</code>", "<b>13</b>".
+_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
+_END_MATH = re.compile(r"\\end\{(?:equation|align|gather|displaymath|math)\*?\}")
+_BEGIN_MATH = re.compile(r"\\begin\{((?:equation|align|gather|displaymath|math)\*?)\}")
 _PLACEHOLDER = re.compile(
     r"[\[<({]?(?:your|the|final|_|\s)*(?:answer|final_answer|ans)(?:\s*here)?\s*[\]>)}]?"
     r"|[?._\-\u2026]+|\\[lc]?dots|n/?a|tbd|\.\.\.",
@@ -266,8 +466,10 @@ def _balanced(text: str) -> bool:
 
 
 def _peel(text: str) -> str:
-    """Remove what surrounds a value until nothing changes: whitespace, markdown "*", a trailing
-    period, math delimiters, and \\boxed{}/\\text{}-like wrappers that enclose the whole text.
+    """Remove what surrounds a value until nothing changes: whitespace, markdown "*", inline-code
+    backticks and "_" emphasis, a trailing period, math delimiters (whole pairs, or the half of a
+    pair whose other half is outside the value), and \\boxed{}/\\text{}-like wrappers that enclose
+    the whole text.
 
     Each round shortens the text or stops, so it ends; the result is a fixed point, which makes
     every normaliser built on it idempotent.
@@ -275,6 +477,11 @@ def _peel(text: str) -> str:
     while True:
         before = text
         text = text.strip().strip("*").strip()  # deviation 3: **13**
+        inner = text.strip("`_").strip()  # deviation 3: `13`, ```13```, _13_; "___" stays a placeholder
+        if inner:
+            text = inner
+        if text.startswith("<") and (html := _HTML_PAIR.fullmatch(text)):
+            text = html[2]
         # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.")
         if text.endswith((".", "\u3002")) and not text.endswith(".."):
             text = text[:-1]
@@ -282,6 +489,12 @@ def _peel(text: str) -> str:
             if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
                 text = text[len(opening) : -len(closing)]
                 break
+        text = _peel_half_delimiters(text)
+        style = _STYLING.match(text)
+        if style is not None and not style.group().startswith("\\textcolor"):
+            text = text[style.end() :]
+        elif style is not None and text.endswith("}") and _balanced(text[style.end() + 1 : -1]):
+            text = text[style.end() :]  # "\textcolor{red}{13}" leaves "{13}", a wrapper below
         for wrapper in _WRAPPERS:
             # "\text{a} 13 \text{b}" starts and ends like a wrapper but is not one: check the braces.
             if text.startswith(wrapper) and text.endswith("}") and _balanced(text[len(wrapper) : -1]):
@@ -289,6 +502,30 @@ def _peel(text: str) -> str:
                 break
         if text == before:
             return text
+
+
+def _peel_half_delimiters(text: str) -> str:
+    """Drop a delimiter whose partner lies outside the value (deviation 14): the marker written
+    inside display math, "\\[Answer: 512\\]", leaves "512\\]"; "$\\text{Answer: 512}$" leaves "512}$"."""
+    for opening, closing in (("\\[", "\\]"), ("\\(", "\\)")):
+        if text.endswith(closing) and opening not in text:
+            text = text[: -len(closing)].rstrip()
+        elif text.startswith(opening) and closing not in text:
+            text = text[len(opening) :].lstrip()
+    if "$" in text:  # dollars only at the ends, none inside: "512$", "$$512", "$13"
+        core = text.strip("$")
+        if "$" not in core and not core.endswith("\\"):
+            text = core.strip()
+    end = text.rfind("\\end{")
+    if end >= 0 and _END_MATH.fullmatch(text, end):
+        begin = _BEGIN_MATH.match(text)
+        if begin is None and "\\begin{" not in text:  # "512\end{equation}": begun before the marker
+            text = text[:end].rstrip()
+        elif begin is not None and begin[1] == text[end + len("\\end{") : -1]:  # a whole environment
+            text = text[begin.end() : end].strip()
+    if text.endswith("}") and not _balanced(text) and _balanced(text[:-1]):
+        text = text[:-1].rstrip()  # the "}" of a "\text{Answer: 512}" opened before the marker
+    return text
 
 
 def _collapse_thousands(text: str) -> str:
@@ -329,6 +566,26 @@ _INTEGER_ANSWER = re.compile(
 )
 _DECIMAL = re.compile(r"[+-]?[0-9]*\.[0-9]+")
 _ASCII_INTEGERS = re.compile(r"[0-9]+")
+# A subordinate clause after the value (deviation 15): "56, since 7 x 8 = 56", "56 (because ...)",
+# "56, which is 7 x 8", "56. This is because ...". The words of the first list open one after a
+# space; those of the second only after punctuation ("12 by 13" is not "12").
+_CLAUSE_STRONG = r"since|because|as(?!\s+well\b)|which|where|whereby|given|using|i\.\s?e\.?|e\.\s?g\.?"
+_CLAUSE_WEAK = r"from|by|via|due\s+to|obtained|computed|calculated|found|following|according|so|hence|thus|therefore"
+_CLAUSE = re.compile(
+    rf"(?:[,;:(\[\u2014\u2013]|\\text\{{|\.\s|\s-{{1,3}}\s)\s{{0,3}}"
+    rf"(?:(?:this|that|it)\s{{1,3}}(?:is|was|follows)\s{{1,3}})?(?:{_CLAUSE_STRONG}|{_CLAUSE_WEAK})(?![A-Za-z])"
+    rf"|(?<!well)(?<!such)\s(?:{_CLAUSE_STRONG})(?![A-Za-z])",  # "as well as", "such as": not clauses
+    re.IGNORECASE,
+)
+# The number an earlier "Answer:" line leads with, past markup: "17. Wait, that is wrong."
+_LEADING_NUMBER = re.compile(r"(?:[^0-9A-Za-z\\+\-]|\\[A-Za-z]*)*([+-]?)([0-9]+)(\.[0-9]+)?(?![0-9])")
+
+
+def _before_clause(text: str) -> str:
+    """text up to a subordinate clause after the value (deviation 15); the clause is never read,
+    so the numbers in it are not candidates. Searched in the first MAX_ANSWER_CHARS characters."""
+    clause = _CLAUSE.search(text, 0, MAX_ANSWER_CHARS + 1)
+    return text[: clause.start()] if clause else text
 
 
 def _canonical_int(sign: str, digits: str) -> str:
@@ -351,13 +608,27 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
 
     reason is "" when an integer was read, else a reason code. Linear-time regex and string work.
     """
-    if len(text) > MAX_ANSWER_CHARS:
-        return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
-    if text.isascii() and text.isdigit():  # the common case "Answer: 85", no work needed
-        return _canonical_int("", text), "", ""
-    boxes = _boxes_in(text)
-    if boxes:  # deviation 8: the boxes are the value, whatever the words around them
+    if len(text) <= MAX_ANSWER_CHARS and text.isascii():  # the common cases, read without the rules
+        if text.isdigit():  # "Answer: 85"
+            return _canonical_int("", text), "", ""
+        # "85.", "$85$", "**85**", "`85`": what _peel would strip, and only that (the same result)
+        core = text.strip()
+        core = core[:-1] if core.endswith(".") and not core.endswith("..") else core
+        core = core.strip("*`$ ")
+        if core.startswith("\\boxed{") and core.endswith("}"):  # "$\boxed{85}$.": its one box
+            core = core[len("\\boxed{") : -1].strip()
+        sign = core[:1] if core[:1] in ("-", "+") else ""  # "-3"
+        if core[len(sign) :].isdigit():
+            return _canonical_int(sign, core[len(sign) :]), "", ""
+    # deviation 8: the boxes are the value, whatever the words around them (the words of a clause
+    # too, unless the line is too long to read whole: then only those before the clause)
+    head = text if len(text) <= MAX_ANSWER_CHARS else _before_clause(text)
+    if len(head) > MAX_ANSWER_CHARS:
+        return None, "malformed", f"answer has {len(head)} characters, over the {MAX_ANSWER_CHARS} limit"
+    boxes = _boxes_in(head) if "box" in head else []
+    if boxes:
         return _agree([_integer_candidate(box) for box in boxes])
+    text = _before_clause(head)
     t = _INLINE_TEXT.sub(r"\1", _collapse_thousands(_peel(text)))
     t = _peel(t)
     if not t:
@@ -366,7 +637,7 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
         return None, "placeholder", f"placeholder {t!r}"
     if "=" in t:  # "x = 13", "m + n = 85": the value is after the last "="
         lhs, _, t = t.rpartition("=")
-        if _HEDGE.search(lhs):  # deviation 13: "x = 12 or x = 13"
+        if _HEDGE.search(lhs):  # deviation 16: "x = 12 or x = 13"
             return None, "multiple_answers", f"several candidates in {text.strip()!r}"
         t = _peel(t)
         if not t:
@@ -384,7 +655,7 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
 
 
 def _agree(values: list[tuple[str | None, str, str]]) -> tuple[str | None, str, str]:
-    """Combine the readings of several final statements: the first failure, or one shared value."""
+    """Combine the readings of several final statements: the first failure, or the one value they all give."""
     for value in values:
         if value[1]:
             return value
@@ -417,7 +688,32 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
         pred, reason, detail = _agree([_integer_candidate(c) for c in final.candidates])
     if reason:
         return _verdict(False, pred, reason, detail)
+    if final.earlier:  # deviation 20: every "Answer:" line must state the final value
+        others = [value for value in map(_earlier_value, final.earlier) if value is not None and value != pred]
+        if others:
+            stated = ", ".join(dict.fromkeys([*others, pred]))
+            return _verdict(False, None, "multiple_answers", f"'Answer:' lines disagree: {stated}")
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+
+
+def _earlier_value(text: str) -> str | None:
+    """What an earlier "Answer:" line states, to compare with the final value (deviation 20).
+
+    Its integer reading when it has one; a description that equals no integer when it reads as
+    several candidates or as a non-integer number; else the number it leads with ("17. Wait, that
+    is wrong." states 17); None when it states no number at all ("To answer: we first ...").
+    """
+    pred, reason, _ = _integer_candidate(text)
+    if not reason or reason == "wrong":  # "wrong" here: a decimal such as "17.5", itself a value
+        return pred
+    if reason == "multiple_answers":
+        return f"several values in {text.strip()[:40]!r}"
+    lead = _LEADING_NUMBER.match(_collapse_thousands(text[:MAX_ANSWER_CHARS]))
+    if lead is None:
+        return None
+    integer = _canonical_int(lead[1], lead[2])
+    fraction = (lead[3] or "").rstrip("0")
+    return integer if fraction in ("", ".") else integer + fraction
 
 
 # --- DAPO: the official rule, bit for bit ("dapo-official" mode) ------------------------------
@@ -484,10 +780,10 @@ _MATH_REWRITES = (
     ("\u03c0", "\\pi"), ("\u00b0", "^\\circ"), ("\u221e", "\\infty"), ("\u00d7", "\\times"),
     ("\u00b7", "\\cdot"), ("\u2264", "\\le"), ("\u2265", "\\ge"), ("\\$", ""),
 )  # fmt: skip
-# Joins of alternatives; a list is only accepted when the ground truth is one too.
-_MATH_HEDGE = re.compile(
-    r"\bor\b|\beither\b|\\(?:lor|vee|pm|mp|[lcv]?dots)(?![A-Za-z])|[\u00b1\u2213\u2026]|\.\.\."
-)
+# Alternatives and both signs; accepted only when the ground truth is a set of values too
+# (deviation 22): a list, "\\pm 12", "1 or 2". An ellipsis only when the ground truth has one.
+_MATH_ALTERNATIVES = re.compile(r"\bor\b|\beither\b|\\(?:lor|vee|pm|mp)(?![A-Za-z])|[\u00b1\u2213]")
+_MATH_ELLIPSIS = re.compile(r"\\[lcv]?dots(?![A-Za-z])|\u2026|\.\.\.")
 # LaTeX spacing commands, but not a row break "\\\\" followed by a space or comma.
 _LATEX_SPACING = re.compile(r"(?<!\\)\\[,;: !]")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")  # but not \leftarrow
@@ -519,8 +815,15 @@ def _math_ground_truth(ground_truth: str) -> str:
     return truth
 
 
+def _is_set_answer(truth: str) -> bool:
+    """True when a (normalised) ground truth is several values: a list, "\\pm", "or" (deviation 22)."""
+    return "," in truth or ";" in truth or _MATH_ALTERNATIVES.search(truth) is not None
+
+
 def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     """(normalised prediction, reason, detail) for one candidate; reason "" when it may go to the parser."""
+    if not _CLAUSE.search(truth):  # deviation 15, unless the ground truth itself has such words
+        text = _before_clause(text)
     if len(text) > MAX_ANSWER_CHARS:
         return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
     pred = _normalise_math(text)
@@ -529,16 +832,20 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     if _PLACEHOLDER.fullmatch(pred):
         return None, "placeholder", f"placeholder {pred!r}"
     odd = [ch for ch in pred if not ch.isascii()]
-    if odd:  # full-width digits, look-alike letters, zero-width characters (deviation 15)
+    if odd:  # full-width digits, look-alike letters, zero-width characters (deviation 18)
         return None, "malformed", f"non-ASCII character U+{ord(odd[0]):04X} in the answer"
     if not _balanced(pred):
         return None, "malformed", "unbalanced braces"
     if "__" in pred:  # dunder names are code, never math; the parser would not run it anyway
         return None, "malformed", "looks like code"
-    hedge = _MATH_HEDGE.search(pred)
-    if hedge and not _MATH_HEDGE.search(truth):
-        return None, "multiple_answers", f"alternatives joined by {hedge.group()!r}"
-    if "," in pred and "," not in truth and ";" not in truth:
+    truth_is_set = _is_set_answer(truth)
+    alternative = _MATH_ALTERNATIVES.search(pred)
+    if alternative and not truth_is_set:
+        return None, "multiple_answers", f"alternatives joined by {alternative.group()!r}"
+    ellipsis = _MATH_ELLIPSIS.search(pred)
+    if ellipsis and not _MATH_ELLIPSIS.search(truth):
+        return None, "multiple_answers", f"an ellipsis {ellipsis.group()!r} where the answer has none"
+    if "," in pred and not truth_is_set:
         return None, "multiple_answers", "a list where one value is expected"
     return pred, "", ""
 
@@ -549,9 +856,16 @@ def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
     if final.reason:
         return _verdict(False, None, final.reason, final.detail)
     texts = []
-    for candidate in final.candidates:
+    set_truth = _is_set_answer(truth)
+    if final.line_of_boxes and set_truth and len(final.candidates) > 1:
+        texts.append(", ".join(final.candidates))  # deviation 22: "\boxed{12}, \boxed{-12}" lists a set
+    for candidate in () if texts else final.candidates:
         # "Answer: the value is \boxed{1/2}": the boxes are the answer (deviation 8 in math mode).
-        texts.extend(_boxes_in(candidate) or [candidate])
+        boxes = _boxes_in(candidate)
+        if len(boxes) > 1 and set_truth:
+            texts.append(", ".join(boxes))  # "Answer: \boxed{12} and \boxed{-12}" lists a set
+        else:
+            texts.extend(boxes or [candidate])
     preds = []
     for text in texts:
         pred, reason, detail = _math_candidate(text, truth)
@@ -640,6 +954,7 @@ class _MathWorker:
 
 
 _idle_workers: list[_MathWorker] = []
+_STARTER_THREAD = "verifier-math-worker-start"  # the name of a thread starting a replacement worker
 _workers_lock = threading.Lock()
 
 
@@ -676,13 +991,98 @@ def _ask_math_worker(request: dict, timeout_s: float) -> dict:
         crashed = worker.proc.poll() is not None
         worker.kill()  # a hung parser cannot be interrupted; the process is the unit we can stop
         # Start the replacement now, so the next call does not pay the start-up time.
-        threading.Thread(target=_start_idle_worker, daemon=True).start()
+        threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD).start()
         if crashed:
             return {"status": "worker_error", "detail": f"worker exited with code {worker.proc.returncode}"}
         return {"status": "timeout", "detail": f"no verdict after {time.monotonic() - started:.2f}s"}
     with _workers_lock:
         _idle_workers.append(worker)
     return reply
+
+
+# Deviation 21, how the math mode compares numbers. Exact values (integers, fractions, powers,
+# radicals, pi) are compared exactly; a decimal is the exact number it spells ("0.0000007" is
+# 7/10^7), so it too is compared exactly with any value that has a finite decimal expansion. Only a
+# decimal against a value that has none (1/3, pi, sqrt 2) is compared with a tolerance, relative so
+# that tiny values never collapse: |a - b| <= DECIMAL_REL_TOL * max(|a|, |b|). 5e-6 accepts every
+# correct rounding to 6 significant digits ("0.333333", "0.166667", "3.14159"), a shorter value only
+# when it happens to be that close ("3.1416" for pi, 2.3e-6 off), and rejects "0.33333" for 1/3
+# (1e-5 off), "1.4142" for sqrt 2 and "3.14".
+DECIMAL_REL_TOL = (5, 10**6)  # 5e-6, as a fraction for exact arithmetic
+EXACT_DIGITS = 30  # irrational exact forms must agree to this many significant digits
+_EVAL_DIGITS = 60  # working precision of that check
+
+
+def _install_number_rule(grader) -> None:
+    """Make math-verify compare numbers by deviation 21 instead of its own rule.
+
+    math_verify.grader.sympy_numeric_eq (math-verify 0.9.0) rounds both sides to 6 decimal places
+    when one is a decimal, and otherwise tests `(a - b).evalf(chop=True) == 0`, which rounds away
+    any difference below about 1e-15: 0.0000008 == 0.0000007 and 3^-60 == 3^-61 there. Every
+    comparison in the grader (sets, tuples, intervals, matrices, equations) reaches numbers through
+    that one function, so replacing it fixes them all.
+
+    Raises:
+        RuntimeError: the installed math-verify has no grader.sympy_numeric_eq (another version).
+    """
+    import sympy
+
+    needed = ("sympy_numeric_eq", "is_atomic_or_pct_atomic", "safe_sympy_doit")
+    missing = [name for name in needed if not hasattr(grader, name)]
+    if missing:
+        raise RuntimeError(f"math_verify.grader has no {', '.join(missing)}: install math-verify==0.9.0")
+    original = grader.sympy_numeric_eq
+    tolerance = sympy.Rational(*DECIMAL_REL_TOL)
+    exact_tolerance = sympy.Rational(1, 10**EXACT_DIGITS)
+
+    def exact(value):
+        floats = value.atoms(sympy.Float)
+        return value.xreplace({f: sympy.Rational(str(f)) for f in floats}), bool(floats)
+
+    def finite_decimal(value) -> bool:
+        denominator = value.q
+        for prime in (2, 5):
+            while denominator % prime == 0:
+                denominator //= prime
+        return denominator == 1
+
+    def numeric_eq(a, b, float_rounding: int, numeric_precision: int) -> bool:
+        matrices = (sympy.MatrixBase, sympy.MatrixExpr)
+        if isinstance(a, matrices) and isinstance(b, matrices):
+            return original(a, b, float_rounding, numeric_precision)  # element by element, through us
+        if grader.is_atomic_or_pct_atomic(a, sympy.Integer) and grader.is_atomic_or_pct_atomic(b, sympy.Integer):
+            return original(a, b, float_rounding, numeric_precision)  # exact already; "50%" == 50
+        try:
+            x, y = grader.safe_sympy_doit(a), grader.safe_sympy_doit(b)
+            if not (isinstance(x, sympy.Expr) and isinstance(y, sympy.Expr) and x.is_number and y.is_number):
+                # with symbols: exact, without the chop that zeroes tiny coefficients (x/3^60 vs x/3^61)
+                return bool((a - b).evalf(n=numeric_precision) == 0)
+            (x, x_decimal), (y, y_decimal) = exact(x), exact(y)
+            if x.is_Rational and y.is_Rational:
+                if not (x_decimal or y_decimal) or (finite_decimal(x) and finite_decimal(y)):
+                    return bool(x == y)
+                return bool(abs(x - y) <= tolerance * max(abs(x), abs(y)))
+            limit = tolerance if x_decimal or y_decimal else exact_tolerance
+            difference = abs((x - y).evalf(_EVAL_DIGITS))
+            scale = max(abs(x.evalf(_EVAL_DIGITS)), abs(y.evalf(_EVAL_DIGITS)))
+            return bool(difference <= limit * scale)
+        except (TypeError, ValueError, ArithmeticError, NotImplementedError):
+            # Not comparable as numbers (a boolean, a set, an unevaluable function): not shown equal
+            # here, and math-verify goes on to its symbolic check, as after its own numeric check.
+            return False
+
+    grader.sympy_numeric_eq = numeric_eq
+
+
+# One comparison per kind of expression the parser and sympy set up lazily (see _math_worker_main).
+_WARM_UP = (
+    ("\\frac{1}{2}", "0.5"), ("\\sqrt{5}", "2\\sqrt{5}"), ("3.14", "\\pi"), ("5r^5", "2"), ("p - q", "q - p"),
+    ("y = 2x + 3", "2"), ("x \\in [-2, 7]", "[-2, 7]"), ("[1, 3)", "(1, 3]"), ("(2, 4)", "2"),
+    ("\\left( 3, \\frac{\\pi}{2} \\right)", "(3, \\frac{\\pi}{2})"), ("\\{1, 2\\}", "1, 2"),
+    ("1 \\pm \\sqrt{2}", "1 + \\sqrt{2}, 1 - \\sqrt{2}"), ("50\\%", "50"), ("30^\\circ", "30"),
+    ("\\text{yes}", "\\text{no}"),
+    ("\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}", "\\begin{pmatrix} 1 \\\\ 2 \\end{pmatrix}"),
+)  # fmt: skip
 
 
 def _math_worker_main() -> None:
@@ -702,8 +1102,10 @@ def _math_worker_main() -> None:
             sys.exit(0)  # the parent is gone (it exited, or killed us after a timeout): nobody to answer
 
     try:
-        from math_verify import LatexExtractionConfig, parse, verify
-    except ImportError as error:
+        from math_verify import LatexExtractionConfig, grader, parse, verify
+
+        _install_number_rule(grader)
+    except (ImportError, RuntimeError) as error:
         send({"ready": False, "detail": str(error)})
         return
     # Our parent enforces the time limit, so math-verify runs with its own timeouts off; silence
@@ -715,6 +1117,14 @@ def _math_worker_main() -> None:
         return parse("\\boxed{" + latex + "}", extraction_config=config, parsing_timeout=None, raise_on_error=True)
 
     read_truth = functools.lru_cache(maxsize=4096)(read)
+    # sympy and the LaTeX parser set parts of themselves up on first use, 0.1-0.5 s per kind of
+    # expression: pay that here, before "ready", so a request's time limit measures its own work.
+    try:
+        for gold, pred in _WARM_UP:
+            verify(read(gold), read(pred), timeout_seconds=None)
+    except Exception as error:  # a broken install; the parent raises with this detail
+        send({"ready": False, "detail": f"warm-up failed: {type(error).__name__}: {str(error)[:200]}"})
+        return
     send({"ready": True})
     for line in sys.stdin.buffer:
         request = json.loads(line)
@@ -752,8 +1162,9 @@ def score(response: str, ground_truth: str, *, mode: str = "dapo", timeout_s: fl
         mode: one of MODES.
         timeout_s: hard limit, in seconds, on the math mode's parse-and-compare of this response;
             past it the worker process is killed and the reason is "timeout". Not counted: starting
-            a worker (about 1 s, once per process; a killed worker's replacement is started in the
-            background at once, so only a call that comes before it is ready waits for it). The
+            a worker (a few seconds: importing sympy and math-verify and warming them up, once per
+            process; a killed worker's replacement is started in the background at once, so only
+            a call that comes before it is ready waits for it). The
             "dapo" modes are linear-time string work with no parser and need no limit.
 
     Raises:
@@ -806,50 +1217,150 @@ def score_batch(
 # --- plumbing: command line for hand-checking rollouts ----------------------------------------
 
 
-def _field(record: dict, path: str):
-    """record["a"]["b"] for path "a.b" (parquet rows such as reward_model.ground_truth)."""
+class CliError(Exception):
+    """Bad input to the command line (a missing or unreadable file, a line that is not JSON, a
+    record without the needed fields): `main` prints it as one "error: ..." line and exits 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors in the same one-line style as ours (argparse prints usage first)."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"error: {message}; run with --help for usage\n")
+
+
+def _positive(kind: type):
+    """An argparse type: a finite number of `kind` above 0, else a one-line argparse error."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"{text!r} must be a finite number > 0")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def _field(record: dict, path: str, where: str):
+    """record["a"]["b"] for path "a.b" (parquet rows such as reward_model.ground_truth).
+
+    Raises:
+        CliError: the record has no such field; `where` names the file and row.
+    """
     value = record
     for key in path.split("."):
         if not isinstance(value, dict) or key not in value:
-            raise KeyError(f"record has no field {path!r} (fields: {sorted(record)}); name it with a flag")
+            raise CliError(
+                f"{where} has no field {path!r} (its fields: {', '.join(sorted(record)) or 'none'}); "
+                f"name the fields with --response-field and --answer-field"
+            )
         value = value[key]
     return value
 
 
 def _read_records(path: str, limit: int | None) -> list[dict]:
-    if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
+    """The first `limit` records of a JSONL (one JSON object per line) or .parquet file.
 
-        return pq.read_table(path).slice(0, limit).to_pylist()
+    Raises:
+        CliError: the file cannot be read, a line is not a JSON object, or pyarrow is missing.
+    """
+    if not os.path.isfile(path):
+        raise CliError(f"{path} does not exist or is not a file; pass the path of a rollouts .jsonl file")
+    if path.endswith(".parquet"):
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise CliError(f"reading {path} needs pyarrow: pip install pyarrow, or pass a .jsonl file") from None
+        try:
+            return pq.read_table(path).slice(0, limit).to_pylist()
+        except OSError as error:
+            raise CliError(f"cannot read {path} ({error}); pass a readable .parquet file") from error
+        except ValueError as error:  # pyarrow's ArrowInvalid: not a parquet file
+            raise CliError(f"{path} is not a parquet file ({error}); pass a .parquet or .jsonl file") from error
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                records.append(json.loads(line))
-            if limit is not None and len(records) >= limit:
-                break
+    try:
+        with open(path, encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as error:
+                    raise CliError(
+                        f"{path} line {number} is not JSON ({error.msg}); pass a JSONL file, one JSON object per line"
+                    ) from error
+                if not isinstance(record, dict):
+                    raise CliError(
+                        f"{path} line {number} is a JSON {type(record).__name__}, not an object; "
+                        f"pass a JSONL file, one JSON object per line"
+                    )
+                records.append(record)
+                if limit is not None and len(records) >= limit:
+                    break
+    except OSError as error:
+        raise CliError(f"cannot read {path} ({error.strerror or error}); pass a readable .jsonl file") from error
+    except UnicodeDecodeError as error:
+        raise CliError(f"{path} is not UTF-8 text ({error.reason}); pass a JSONL file") from error
     return records
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Hand-check saved rollouts: prediction, verdict and reason per row.")
+    """Hand-check saved rollouts: print prediction, verdict and reason per row, then the counts.
+
+    Args:
+        argv: the command-line arguments (default: sys.argv[1:]); see --help.
+
+    Raises:
+        SystemExit: 2 on bad input, after printing one line "error: <what is wrong and how to fix
+            it>" to stderr. With the environment variable DAPO_DEBUG=1 the underlying exception is
+            raised instead, with its full traceback.
+    """
+    try:
+        _cli(argv)
+    except CliError as error:
+        if os.environ.get("DAPO_DEBUG") == "1":
+            raise
+        message = " ".join(str(error).split())  # one line, whatever the text in it
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _cli(argv: list[str] | None) -> None:
+    parser = _Parser(
+        description="Hand-check saved rollouts: prediction, verdict and reason per row.",
+        epilog="Bad input prints one 'error:' line and exits 2; DAPO_DEBUG=1 shows the traceback instead.",
+    )
     parser.add_argument("path", help="rollouts JSONL (fields response, ground_truth) or a dataset .jsonl/.parquet")
     parser.add_argument("--mode", default="dapo", choices=MODES)
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N rows")
+    parser.add_argument("--limit", type=_positive(int), default=None, help="score only the first N rows")
     parser.add_argument("--response-field", default="response", help="field with the model text")
     parser.add_argument(
         "--answer-field", default=None, help="field with the ground truth (default: ground_truth, else answer)"
     )
-    parser.add_argument("--timeout-s", type=float, default=DEFAULT_TIMEOUT_S)
+    parser.add_argument("--timeout-s", type=_positive(float), default=DEFAULT_TIMEOUT_S)
     args = parser.parse_args(argv)
 
     records = _read_records(args.path, args.limit)
     if not records:
-        sys.exit(f"{args.path}: no records")
+        raise CliError(f"{args.path} has no records; pass a JSONL file with one JSON object per line")
     answer_field = args.answer_field or ("ground_truth" if "ground_truth" in records[0] else "answer")
-    responses = [str(_field(r, args.response_field)) for r in records]
-    truths = [str(_field(r, answer_field)) for r in records]
-    scores = score_batch(responses, truths, mode=args.mode, timeout_s=args.timeout_s)
+    responses = [str(_field(r, args.response_field, f"{args.path} row {i}")) for i, r in enumerate(records)]
+    truths = [str(_field(r, answer_field, f"{args.path} row {i}")) for i, r in enumerate(records)]
+    for i, truth in enumerate(truths):  # a ground truth the mode cannot use, named by its row
+        try:
+            score("", truth, mode=args.mode)  # an empty response: checks the ground truth, starts no worker
+        except ValueError as error:
+            raise CliError(f"{args.path} row {i}: {error}") from error
+    try:
+        scores = score_batch(responses, truths, mode=args.mode, timeout_s=args.timeout_s)
+    except ValueError as error:  # a math-mode ground truth the parser rejects
+        raise CliError(f"{args.path}: {error}") from error
+    except RuntimeError as error:  # the math worker could not start (math-verify missing)
+        raise CliError(str(error)) from error
 
     print(f"{'row':>5}  {'truth':>12}  {'prediction':>24}  {'verdict':7}  reason")
     for i, (truth, s) in enumerate(zip(truths, scores)):

@@ -1,13 +1,20 @@
-"""Tests of verifier.py: one table per mode, the holes that must stay closed, and properties.
+"""Tests of verifier.py: one table per mode, one per kind of wrong verdict fixed in
+dapo-verifier-2, the holes that must stay closed, properties, the committed fixtures, and the CLI.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
+
+No test here bounds the speed of the "dapo" mode: that target (>= the official rule and >= 50,000
+responses/s on one core) is met and printed by bench/bench_verifier.py. The only wall-clock asserts
+are hang guards and time-limit checks, each with its margin stated where it is asserted.
 """
 
 from __future__ import annotations
 
+import inspect
 import io
 import json
 import multiprocessing
+import subprocess
 import sys
 import threading
 import time
@@ -22,15 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import verifier  # noqa: E402
 from verifier import EXCEPTION_REASONS, MODES, REASONS, Score, score, score_batch  # noqa: E402
 
-DATA = Path("/work/shared/data")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # committed; see fixtures/README.md
 FEW = settings(max_examples=60, deadline=None)
 
 
 def _jsonl(name: str) -> list[dict]:
-    path = DATA / name
-    if not path.exists():
-        pytest.skip(f"{path} not found (shared data fixtures)")
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [json.loads(line) for line in (FIXTURES / name).read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 # --- "dapo" mode: (response, ground truth, correct, reason) -----------------------------------
@@ -107,7 +111,7 @@ DAPO_CASES = [
     ("<think>so 12? Answer: 12</think>\nAnswer: 13", "13", True, "ok"),
     ("<think>Answer: 13 ... still thinking", "13", False, "no_answer"),
     ("<think>a</think>\nAnswer: 13\n<think>reconsidering", "13", False, "no_answer"),  # reopened, unclosed
-    ("Answer: 13\nHmm, no.\nAnswer: 12", "13", False, "wrong"),  # the last line decides
+    ("Answer: 13\nHmm, no.\nAnswer: 12", "13", False, "multiple_answers"),  # two final answers (deviation 20)
     # look-alikes: never 13
     ("\u0410nswer: 13", "13", False, "no_answer"),  # Cyrillic capital A
     ("Answer: \uff11\uff13", "13", False, "malformed"),  # full-width digits
@@ -132,6 +136,201 @@ def test_dapo_table(response, truth, correct, reason):
         assert s.pred == truth.replace(",", "")
 
 
+# --- dapo-verifier-2: the seven kinds of wrong verdict, one table each -------------------------
+# Each row: (response, ground truth, correct, reason). The kinds and the rules are deviations 20,
+# 15, 3, 13 and 14 ("dapo" mode) and 21 and 22 ("math" mode) of the module docstring.
+
+# Kind 1 (deviation 20): every "Answer:" line is a final answer, and all must state one value.
+SEVERAL_ANSWER_LINES = [
+    ("Answer: 17\nAnswer: 18\nAnswer: 19", "19", False, "multiple_answers"),  # a spray of guesses
+    ("Answer: 17\nAnswer: 18\nAnswer: 19", "17", False, "multiple_answers"),  # whichever is right
+    ("Answer: 19\nLet me double-check: 19 works.\nAnswer: 19", "19", True, "ok"),  # a repeat is fine
+    ("Answer: 19\nAnswer: 019\nAnswer: **19**.", "19", True, "ok"),  # the same value, spelt apart
+    ("Answer: 1,000\nAnswer: 1000", "1000", True, "ok"),
+    # a corrected answer is several answers too, retraction words or not
+    ("Answer: 17. Wait, that is wrong. ... Answer: 19", "19", False, "multiple_answers"),
+    ("Answer: 17\nWait, that is wrong: 17 fails the check.\nAnswer: 19", "19", False, "multiple_answers"),
+    ("Answer: 17 (incorrect, retracted)\nActually:\nAnswer: 19", "19", False, "multiple_answers"),
+    ("Answer: 17 Answer: 19", "19", False, "multiple_answers"),  # one line, two markers
+    ("**Answer:** 17\n\n**Answer:** 19", "19", False, "multiple_answers"),
+    ("Answer\uff1a 17\nAnswer: 19", "19", False, "multiple_answers"),  # full-width colon
+    ("Answer: \\boxed{17}\nAnswer: 19", "19", False, "multiple_answers"),
+    ("Answer: 17 apples\nAnswer: 19", "19", False, "multiple_answers"),
+    ("Answer: 17.5\nAnswer: 19", "19", False, "multiple_answers"),  # an earlier decimal
+    ("Answer: 12 or 19\nAnswer: 19", "19", False, "multiple_answers"),  # an earlier hedge
+    ("Answer: 17\\pi\nAnswer: 19", "19", False, "multiple_answers"),  # unreadable, but it states 17
+    # what is not an earlier answer
+    ("To answer: we need the sum of the roots.\nAnswer: 19", "19", True, "ok"),  # states no number
+    ("<think>Answer: 17</think>\nAnswer: 19", "19", True, "ok"),  # inside the reasoning block
+    ("Answer: $Answer (without quotes)\nAnswer: 19", "19", True, "ok"),  # the echoed instruction
+    ("Answer: 19\n" * 17 + "Answer: 19", "19", False, "multiple_answers"),  # over 16 lines: spam
+]
+
+# Kind 2 (deviation 15): a subordinate clause after the value is an explanation, never a candidate.
+EXPLANATION_AFTER_VALUE = [
+    ("Answer: 56, since 7 x 8 = 56.", "56", True, "ok"),
+    ("Answer: 56 (because 7 times 8 is 56)", "56", True, "ok"),
+    ("Answer: 56, which is 7 \\times 8", "56", True, "ok"),
+    ("Answer: 56 because 7 \\cdot 8 = 56", "56", True, "ok"),
+    ("Answer: $56$, as $7 \\times 8 = 56$.", "56", True, "ok"),
+    ("Answer: 56. This is because 7 x 8 = 56.", "56", True, "ok"),
+    ("Answer: 56; i.e. 7 x 8 and not 57", "56", True, "ok"),
+    ("Answer: 56 \\text{ since } 7 \\times 8 = 56", "56", True, "ok"),
+    ("Answer: 56, by the product rule 7 x 8", "56", True, "ok"),
+    ("Answer: x = 56, where x = 7 \\cdot 8", "56", True, "ok"),
+    ("Answer: **56** \u2014 given 7 rows of 8", "56", True, "ok"),
+    ("Answer: 56, so the product of 7 and 8 is 56", "56", True, "ok"),
+    ("Answer: 56 [since 7 x 8 = 56]", "56", True, "ok"),
+    ("Answer: 57, since 7 x 8 = 56.", "56", False, "wrong"),  # the clause's 56 is not a candidate
+    ("Answer: 56, 57", "56", False, "multiple_answers"),
+    ("Answer: 56 or 57", "56", False, "multiple_answers"),
+    ("Answer: 56 (or 57)", "56", False, "multiple_answers"),
+    ("Answer: 56, as well as 57", "56", False, "multiple_answers"),
+    ("Answer: 56 or 57, since both satisfy it", "56", False, "multiple_answers"),
+    ("Answer: 12 by 13", "12", False, "malformed"),  # "by" opens a clause only after punctuation
+]
+
+# Kind 3 (deviation 3): markdown and inline-code markup around the marker or the value.
+MARKUP_AROUND_VALUE = [
+    ("Answer: `$73$`", "73", True, "ok"),
+    ("Answer: `73`", "73", True, "ok"),
+    ("**Answer**: $`73`$", "73", True, "ok"),
+    ("__Answer__: 73", "73", True, "ok"),
+    ("*Answer*: _73_", "73", True, "ok"),
+    ("Answer: ```73```", "73", True, "ok"),
+    ("**Answer**: **`73`**.", "73", True, "ok"),
+    ("Answer:\n```\n73\n```", "73", True, "ok"),
+    ("Answer: <code>73</code>", "73", True, "ok"),
+    ("Answer: <b>`73`</b>.", "73", True, "ok"),
+    ("Answer: $\\underline{73}$", "73", True, "ok"),
+    ("Answer: \\emph{73}", "73", True, "ok"),
+    ("Answer: $\\bm{73}$", "73", True, "ok"),
+    ("Answer: {\\bf 73}", "73", True, "ok"),
+    ("Answer: \\textcolor{red}{73}", "73", True, "ok"),
+    ("Answer: $\\displaystyle 73$", "73", True, "ok"),
+    ("Answer: `72`", "73", False, "wrong"),
+    ("Answer: \\textcolor{red}{73 or 74}", "73", False, "multiple_answers"),
+    ("Answer: `73 or 74`", "73", False, "multiple_answers"),
+    ("Answer: ___", "73", False, "placeholder"),
+]
+
+# Kind 4 (deviation 13): every LaTeX spelling of a box is judged like \boxed.
+BOX_SPELLINGS = [
+    ("so the answer is \\fbox{314}.", "314", True, "ok"),
+    ("so the answer is \\boxed {314}.", "314", True, "ok"),
+    ("so the answer is \\boxed{{314}}.", "314", True, "ok"),
+    ("so the answer is \\framebox[2cm][c]{314}.", "314", True, "ok"),
+    ("so the answer is \\colorbox{yellow}{314}.", "314", True, "ok"),
+    ("so the answer is \\fcolorbox{red}{white}{314}.", "314", True, "ok"),
+    ("so the answer is $\\Aboxed{x &= 314}$.", "314", True, "ok"),
+    ("so the answer is $\\bbox[border:1px solid red]{314}$.", "314", True, "ok"),
+    ("so the answer is \\doublebox{314}.", "314", True, "ok"),
+    ("so the answer is $\\fbox{$314$}$", "314", True, "ok"),
+    ("so the answer is \\fbox{$\\displaystyle 314$}", "314", True, "ok"),
+    ("Answer: the final answer is \\fbox{314}", "314", True, "ok"),
+    ("so the answer is \\fbox{313}.", "314", False, "wrong"),
+    ("\\fbox{313} or \\boxed{314}", "314", False, "multiple_answers"),
+    ("Answer: 314\n\\fbox{313}", "314", False, "multiple_answers"),  # a later box disagrees
+    ("so the answer is \\boxed 314", "314", False, "malformed"),  # TeX would frame the "3" alone
+    ("so the answer is \\colorbox{yellow} 314", "314", False, "malformed"),
+]
+
+# Kind 5 (deviation 14): the answer line inside display or inline math.
+ANSWER_IN_MATH = [
+    ("The values are:\n\\[Answer: 512\\]", "512", True, "ok"),
+    ("$$Answer: 512$$", "512", True, "ok"),
+    ("\\(Answer: 512\\)", "512", True, "ok"),
+    ("$\\text{Answer: } 512$", "512", True, "ok"),
+    ("\\[\\textbf{Answer:}\\ 512\\]", "512", True, "ok"),
+    ("\\begin{equation}Answer: 512\\end{equation}", "512", True, "ok"),
+    ("\\[\n\\text{Answer: } 512.\n\\]", "512", True, "ok"),
+    ("Answer:\n\\[\n\\boxed{512}\n\\]", "512", True, "ok"),
+    ("Answer:\n$$\n512\n$$", "512", True, "ok"),
+    ("Answer:\n\\begin{equation}\n512\n\\end{equation}", "512", True, "ok"),
+    ("Answer: \\begin{align*} 512 \\end{align*}", "512", True, "ok"),
+    ("\\begin{align*}\\text{Answer: } &512\\end{align*}", "512", True, "ok"),
+    ("\\[Answer: 511\\]", "512", False, "wrong"),
+    ("\\[Answer: 512 \\text{ or } 513\\]", "512", False, "multiple_answers"),
+]
+
+DAPO_KINDS = SEVERAL_ANSWER_LINES + EXPLANATION_AFTER_VALUE + MARKUP_AROUND_VALUE + BOX_SPELLINGS + ANSWER_IN_MATH
+
+
+@pytest.mark.parametrize("response, truth, correct, reason", DAPO_KINDS)
+def test_dapo_kinds_table(response, truth, correct, reason):
+    s = score(response, truth)
+    assert (s.correct, s.reason) == (correct, reason), s
+    if correct:
+        assert s.pred == truth
+
+
+# Kind 6 (deviation 21): numbers compared exactly; a decimal against a value with no finite
+# decimal expansion within a relative 5e-6.
+TINY_VALUES = [
+    ("\\boxed{\\frac{1}{3^{60}}}", "\\frac{1}{3^{61}}", False, "wrong"),
+    ("\\boxed{0.0000008}", "0.0000007", False, "wrong"),
+    ("\\boxed{-0.0000008}", "-0.0000007", False, "wrong"),
+    ("\\boxed{2^{-100}}", "2^{-101}", False, "wrong"),
+    ("\\boxed{10^{-20}}", "10^{-21}", False, "wrong"),
+    ("\\boxed{\\frac{\\pi}{10^{20}}}", "\\frac{\\pi}{10^{21}}", False, "wrong"),
+    ("\\boxed{1 + 10^{-40}}", "1", False, "wrong"),
+    ("\\boxed{\\frac{x}{3^{60}}}", "\\frac{x}{3^{61}}", False, "wrong"),  # with a symbol too
+    ("\\boxed{(0.0000008, 1)}", "(0.0000007, 1)", False, "wrong"),  # inside a tuple
+    ("\\boxed{[10^{-9}, 1)}", "[10^{-10}, 1)", False, "wrong"),  # inside an interval
+    ("\\boxed{12.0000001}", "12", False, "wrong"),  # a decimal is the number it spells
+    ("\\boxed{3^{-61}}", "\\frac{1}{3^{61}}", True, "ok"),
+    ("\\boxed{8 \\times 10^{-7}}", "0.0000008", True, "ok"),
+    ("\\boxed{\\frac{1}{1250000}}", "0.0000008", True, "ok"),
+    ("\\boxed{0.00000080}", "0.0000008", True, "ok"),
+    ("\\boxed{\\sqrt{3+2\\sqrt{2}}}", "1+\\sqrt{2}", True, "ok"),
+    # a decimal against 1/3, pi, sqrt 2: within 5e-6 relative
+    ("\\boxed{0.333333}", "\\frac{1}{3}", True, "ok"),
+    ("\\boxed{0.166667}", "\\frac{1}{6}", True, "ok"),
+    ("\\boxed{3.14159}", "\\pi", True, "ok"),
+    ("\\boxed{3.1416}", "\\pi", True, "ok"),  # 2.3e-6 off: a 5-digit value inside the tolerance
+    ("\\boxed{0.33333}", "\\frac{1}{3}", False, "wrong"),
+    ("\\boxed{3.14}", "\\pi", False, "wrong"),
+    ("\\boxed{1.4142}", "\\sqrt{2}", False, "wrong"),
+]
+
+# Kind 7 (deviation 22): both signs listed are the set that \pm denotes.
+BOTH_SIGNS = [
+    ("\\boxed{-12, 12}", "\\pm 12", True, "ok"),
+    ("\\boxed{12, -12}", "\\pm 12", True, "ok"),
+    ("\\boxed{\\pm 12}", "\\pm 12", True, "ok"),
+    ("\\boxed{\\{-12, 12\\}}", "\\pm 12", True, "ok"),
+    ("Answer: 12 \\text{ or } -12", "\\pm 12", True, "ok"),
+    ("Answer: -12 \\text{ and } 12", "\\pm 12", True, "ok"),
+    ("\\boxed{\\pm 12}", "-12, 12", True, "ok"),
+    ("\\boxed{1 + \\sqrt{19}, 1 - \\sqrt{19}}", "1 \\pm \\sqrt{19}", True, "ok"),
+    ("\\boxed{12}", "\\pm 12", False, "wrong"),
+    ("\\boxed{-12}", "\\pm 12", False, "wrong"),
+    ("\\boxed{12, -12, 13}", "\\pm 12", False, "wrong"),  # an extra value never helps
+    ("\\boxed{12, 13}", "\\pm 12", False, "wrong"),
+    ("\\boxed{\\pm 13}", "\\pm 12", False, "wrong"),
+    ("\\boxed{\\pm 12}", "12", False, "multiple_answers"),  # both signs where one value is asked
+    ("\\boxed{12}, \\boxed{-12}", "\\pm 12", True, "ok"),  # boxes on the final line list the set
+    ("Answer: \\boxed{12} \\text{ or } \\boxed{-12}", "\\pm 12", True, "ok"),
+    ("\\boxed{12}, \\boxed{-12}, \\boxed{13}", "\\pm 12", False, "wrong"),
+    ("\\boxed{12}, \\boxed{13}", "12", False, "multiple_answers"),  # one value asked: boxes must agree
+]
+
+
+@pytest.mark.parametrize("response, truth, correct, reason", TINY_VALUES + BOTH_SIGNS)
+def test_math_kinds_table(response, truth, correct, reason):
+    s = score(response, truth, mode="math")
+    assert (s.correct, s.reason) == (correct, reason), s
+
+
+def test_decimal_tolerance_is_relative_and_documented():
+    assert verifier.DECIMAL_REL_TOL == (5, 10**6)
+    # relative: the same 5-digit error is fine at any scale only within 5e-6 of the value
+    for exponent in (-30, -7, 0, 7, 30):
+        truth = f"\\frac{{10^{{{exponent}}}}}{{3}}"
+        assert score("\\boxed{" + f"3.333333 \\times 10^{{{exponent - 1}}}" + "}", truth, mode="math").correct
+        assert not score("\\boxed{" + f"3.3333 \\times 10^{{{exponent - 1}}}" + "}", truth, mode="math").correct
+
+
 # --- "dapo-official" mode: the paper's rule, its known false negatives pinned ------------------
 
 OFFICIAL_CASES = [
@@ -146,7 +345,7 @@ OFFICIAL_CASES = [
     ("Answer: 13\nAnswer: 12", "12", True, "12"),  # several lines: the last one decides
     ("Answer: x = 12 or x = 13", "13", True, "13"),  # a hole: only the text after the last "="
     ("Answer: 13\n\\boxed{12}", "13", True, "13"),  # a contradiction it does not see
-    # known false negatives (DAPO_FACTS.md section 4), documented behaviour of this mode
+    # known false negatives of the official rule, documented behaviour of this mode
     ("Answer: 13.", "13", False, "13."),
     ("Answer: **13**", "13", False, "**13**"),
     ("Answer: 013", "13", False, "013"),
@@ -154,6 +353,18 @@ OFFICIAL_CASES = [
     ("So the answer is \\boxed{13}.", "13", False, None),
     ("Answer: 13" + LONG_TAIL, "13", False, None),
     ("Answer: 13\nRemember to put your answer on its own line after \"Answer:\".", "13", False, "."),
+    # the inputs of the seven kinds fixed in the "dapo" and "math" modes: this mode is unchanged
+    ("Answer: 17\nAnswer: 18\nAnswer: 19", "19", True, "19"),  # the last line decides
+    ("Answer: 56, since 7 x 8 = 56.", "56", False, "56."),  # the text after the last "="
+    ("Answer: 56 (because 7 times 8 is 56)", "56", False, "56(because7times8is56)"),
+    ("Answer: `$73$`", "73", True, "73"),  # the first $...$ is kept
+    ("Answer: `73`", "73", False, "`73`"),
+    ("**Answer**: $`73`$", "73", False, None),
+    ("so the answer is \\fbox{314}.", "314", False, None),
+    ("... are:\n\\[Answer: 512\\]", "512", False, "512\\]"),
+    ("$$Answer: 512$$", "512", False, ""),
+    ("Answer: \\frac{1}{3^{60}}", "\\frac{1}{3^{61}}", False, "\\frac{1}{3^{60}}"),
+    ("Answer: -12, 12", "\\pm 12", False, "-12,12"),
 ]
 
 
@@ -187,7 +398,7 @@ def test_official_sees_only_last_300_characters():
 
 def test_dapo_agrees_with_official_on_clean_answers():
     """Where the official rule has no false negative, both rules give the same verdict."""
-    for row in _jsonl("dapo_math_17k_sample.jsonl")[:300]:
+    for row in _jsonl("dapo_math_17k_64.jsonl") + _jsonl("aime2024.jsonl"):
         for value in (row["answer"], str(int(row["answer"]) + 1)):
             response = f"{row['problem'][:200]}\nSo we get {value}.\nAnswer: {value}"
             assert score(response, row["answer"]).correct == score(response, row["answer"], mode="dapo-official").correct
@@ -201,7 +412,7 @@ MATH_CASES = [
     ("Answer: $\\dfrac{\\sqrt{2}}{2}$", "\\frac{\\sqrt2}{2}", True, "ok"),
     ("The answer is \\boxed{x = 3}.", "3", True, "ok"),
     ("Answer: 2\\pi", "\\frac{4\\pi}{2}", True, "ok"),
-    ("Answer: 3.14159", "\\pi", False, "wrong"),
+    ("Answer: 3.141", "\\pi", False, "wrong"),  # 1.9e-4 off: outside 5e-6 (deviation 21)
     ("Answer: 50\\%", "50", True, "ok"),
     ("Answer: 30^\\circ", "30", True, "ok"),
     ("Answer: 30\u00b0", "30", True, "ok"),
@@ -236,10 +447,12 @@ def test_math_table(response, truth, correct, reason):
 
 
 def test_math_exact_statement_of_every_math500_answer_is_correct():
-    """A response that states the ground truth in the required format is correct (all 500)."""
-    rows = _jsonl("math500.jsonl")
-    scores = score_batch([f"Reasoning.\nAnswer: {r['answer']}" for r in rows], [r["answer"] for r in rows], mode="math")
-    assert [s.reason for s in scores] == ["ok"] * len(rows)
+    """A response that states the ground truth, on an "Answer:" line or boxed, is correct (all 500)."""
+    rows = _jsonl("math500_answers.jsonl")
+    assert len(rows) == 500
+    responses = [f"Reasoning.\nAnswer: {r['answer']}" for r in rows] + [f"So $\\boxed{{{r['answer']}}}$." for r in rows]
+    scores = score_batch(responses, [r["answer"] for r in rows] * 2, mode="math")
+    assert [(s.correct, s.reason) for s in scores] == [(True, "ok")] * len(responses)
 
 
 # --- ground truths and modes the caller gets wrong: clear errors --------------------------------
@@ -315,13 +528,53 @@ BOMBS = [
 ]
 
 
-def _wait_for_idle_worker(limit_s: float = 60.0) -> None:
-    """After a timeout the killed worker's replacement starts in the background: wait for it, so
-    each timing below measures the time limit, not a worker start-up (see the score() docstring)."""
+def _ensure_idle_worker(limit_s: float = 300.0) -> None:
+    """Have a started math worker waiting, so that each timing below measures the time limit, not
+    a worker start-up (which score() does not count: see its docstring). After a timeout the killed
+    worker's replacement starts in a background thread: wait for it; with none starting, start one.
+    limit_s is a hang guard only (a start takes seconds)."""
     deadline = time.monotonic() + limit_s
     while not verifier._idle_workers and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert verifier._idle_workers, "no replacement math worker started within a minute"
+        if not any(thread.name == verifier._STARTER_THREAD for thread in threading.enumerate()):
+            verifier._start_idle_worker()
+        else:
+            time.sleep(0.05)
+    assert verifier._idle_workers, f"no math worker ready within {limit_s} s"
+
+
+# Text built to make string rules slow (backtracking, quadratic rescans, one check per marker):
+# 100-300 KB each, so a quadratic rule would take minutes on them. With each, the exact verdicts
+# (correct, reason) of "dapo" and "dapo-official" for the ground truth 3.
+STRING_BOMBS = [
+    ("answer:" * 40_000, (False, "multiple_answers"), (False, "wrong")),  # over 16 markers: spam
+    ("Answer: 1.5 or x\n" * 10_000 + "Answer: 3", (False, "multiple_answers"), (True, "ok")),
+    ("Answer: 1" + ", since" * 40_000, (False, "wrong"), (False, "no_answer")),
+    (":" * 200_000, (False, "no_answer"), (False, "no_answer")),
+    ("Answer: " + "1 " * 100_000, (False, "malformed"), (False, "no_answer")),  # over 1000 characters
+    ("box" * 100_000, (False, "no_answer"), (False, "no_answer")),
+    ("\\fbox" * 50_000, (False, "multiple_answers"), (False, "no_answer")),  # over 16 boxes
+    ("\\colorbox{" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
+    ("Answer: " + "`" * 100_000 + "3", (True, "ok"), (False, "no_answer")),
+    ("Answer: " + "\\[" * 50_000 + "3", (False, "malformed"), (False, "no_answer")),
+    ("Answer: 3" + " (because" * 30_000, (True, "ok"), (False, "no_answer")),
+    ("\uff1a answer" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
+]
+# Hang guard for the string rules: 1 s per call. A call normally takes 10-100 microseconds and
+# the largest bomb a few milliseconds, so the margin is over 100x even on a slow, busy machine.
+STRING_HANG_GUARD_S = 1.0
+# Hang guard for the math mode: the time limit plus 10 s. Killing a worker takes milliseconds; the
+# 10 s only absorb a loaded machine. A limit that is not enforced shows as a hang of minutes.
+MATH_HANG_MARGIN_S = 10.0
+
+
+@pytest.mark.parametrize("bomb, dapo, official", STRING_BOMBS, ids=range(len(STRING_BOMBS)))
+def test_string_bombs_are_linear(bomb, dapo, official):
+    for mode, verdict in (("dapo", dapo), ("dapo-official", official)):
+        start = time.monotonic()
+        s = score(bomb, "3", mode=mode)
+        elapsed = time.monotonic() - start
+        assert (s.correct, s.reason) == verdict, (mode, s.detail)
+        assert elapsed < STRING_HANG_GUARD_S, (mode, elapsed)
 
 
 def test_bombs_return_within_time_limit():
@@ -329,25 +582,26 @@ def test_bombs_return_within_time_limit():
     for bomb in BOMBS:
         for mode in MODES:
             if mode == "math":
-                _wait_for_idle_worker()
+                _ensure_idle_worker()
             start = time.monotonic()
             s = score(f"Answer: {bomb}", "13", mode=mode, timeout_s=timeout_s)
             elapsed = time.monotonic() - start
             assert not s.correct and s.reason in REASONS
-            if mode == "math":
-                # the limit, plus killing the worker; a fresh worker is started in the background
-                assert elapsed < timeout_s + 1.5, (bomb, elapsed, s)
+            if mode == "math":  # the limit, then the kill; a fresh worker starts in the background
+                assert elapsed < timeout_s + MATH_HANG_MARGIN_S, (bomb, elapsed, s)
             else:
-                assert elapsed < 0.05, (bomb, mode, elapsed)
+                assert elapsed < STRING_HANG_GUARD_S, (bomb, mode, elapsed)
 
 
 def test_timeout_default_is_two_seconds_and_is_an_exception():
-    _wait_for_idle_worker()
+    assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
+    _ensure_idle_worker()
     start = time.monotonic()
     s = score("Answer: 9^{9^{9^{9}}}", "13", mode="math")
     elapsed = time.monotonic() - start
     assert s.reason == "timeout" and s.reason in EXCEPTION_REASONS and not s.correct
-    assert 1.9 < elapsed < 3.5
+    # Not before the limit (a property of the code, on any machine), and a hang guard after it.
+    assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
 
 
 def test_timeout_works_in_a_thread():
@@ -355,7 +609,7 @@ def test_timeout_works_in_a_thread():
     thread = threading.Thread(target=lambda: results.append(score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0)))
     start = time.monotonic()
     thread.start()
-    thread.join(timeout=30)
+    thread.join(timeout=30)  # hang guard: 30 s for a 1 s limit
     assert results and results[0].reason == "timeout"
     assert time.monotonic() - start < 30
 
@@ -393,14 +647,15 @@ def test_score_batch_length_mismatch_raises():
         score_batch(["a", "b"], ["1"])
 
 
-# --- contract -------------------------------------------------------------------------------------
+# --- public constants ----------------------------------------------------------------------------
 
 
-def test_contract_constants():
-    assert isinstance(verifier.VERSION, str) and verifier.VERSION
+def test_public_constants():
+    assert verifier.VERSION == "dapo-verifier-2"  # bumped with the rules of deviations 13-15, 20-22
     assert MODES == ("dapo", "dapo-official", "math")
     assert EXCEPTION_REASONS <= set(REASONS) and {"timeout", "parse_error"} <= EXCEPTION_REASONS
-    assert {reason for *_, reason in DAPO_CASES + MATH_CASES} <= set(REASONS)
+    tables = DAPO_CASES + MATH_CASES + DAPO_KINDS + TINY_VALUES + BOTH_SIGNS
+    assert {reason for *_, reason in tables} <= set(REASONS)
 
 
 # --- properties -----------------------------------------------------------------------------------
@@ -450,7 +705,7 @@ def test_property_exact_ground_truth_in_required_format_is_correct(truth, line):
 
 
 @FEW
-@given(st.text(alphabet="0123456789 ,.$*\\{}()boxedtext=+-x%\u2212", max_size=40))
+@given(st.text(alphabet="0123456789 ,.$*\\{}()[]`_boxedtext=+-x%\u2212", max_size=40))
 def test_property_normalisation_is_idempotent(text):
     assert verifier._peel(verifier._peel(text)) == verifier._peel(text)
     once = verifier._normalise_math(text)
@@ -460,24 +715,103 @@ def test_property_normalisation_is_idempotent(text):
         assert verifier._integer_candidate(pred)[:2] == (pred, "")
 
 
-# --- real data ------------------------------------------------------------------------------------
+# Properties of the dapo-verifier-2 rules: each kind as a law over random answers.
+
+values = st.integers(min_value=0, max_value=10**6).map(str)
+# prose with no number, "=" or marker in it, and arithmetic with no letters (so no clause word)
+prose = st.text(alphabet="abcdefghijklmnopqrstuvwxyz .,", max_size=60)
+arithmetic = st.text(alphabet="0123456789 =+-()x", max_size=40)
+CLAUSE_OPENERS = [
+    ", since", " because", ", which is", " (because", ", as", "; i.e.", ". This is because", ", by", ", where",
+]
+MARKUP = [
+    "`{}`", "**{}**", "${}$", "\\({}\\)", "_{}_", "```{}```", "$`{}`$", "\\boxed{{{}}}", "\\fbox{{{}}}",
+    "\\underline{{{}}}", "\\textcolor{{red}}{{{}}}", "{{\\bf {}}}", "\\emph{{{}}}",
+]
+BOXES = [
+    "\\fbox{{{}}}", "\\boxed {{{}}}", "\\boxed{{{{{}}}}}", "\\framebox[3cm]{{{}}}", "\\colorbox{{yellow}}{{{}}}",
+    "\\fcolorbox{{red}}{{white}}{{{}}}", "\\bbox[2px]{{{}}}", "\\doublebox{{{}}}", "\\ovalbox{{{}}}",
+    "\\shadowbox{{{}}}",
+]
+MATH_WRAPPERS = ["\\[{}\\]", "$${}$$", "\\({}\\)", "\\begin{{equation}}{}\\end{{equation}}", "\\[\n{}\n\\]"]
+
+
+@FEW
+@given(values, values, reasoning, st.integers(min_value=1, max_value=5))
+def test_property_repeating_the_answer_line_changes_nothing(truth, value, line, times):
+    once = score(f"{line}\nAnswer: {value}", truth)
+    assert score(f"{line}\n" + f"Answer: {value}\n" * times, truth) == once
+
+
+@FEW
+@given(values, values, values, prose)
+def test_property_two_different_answer_lines_are_multiple_answers(truth, first, second, line):
+    if first != second:
+        for response in (f"{line}\nAnswer: {first}\nAnswer: {second}", f"Answer: {first}. {line} Answer: {second}"):
+            s = score(response, truth)
+            assert (s.correct, s.reason) == (False, "multiple_answers"), (response, s)
+
+
+@FEW
+@given(values, values, st.sampled_from(CLAUSE_OPENERS), st.lists(values, max_size=4), arithmetic)
+def test_property_a_clause_after_the_value_is_never_read(truth, value, opener, numbers, words):
+    plain = score(f"Answer: {value}", truth)
+    clause = f"Answer: {value}{opener} {' '.join(numbers)} {words}"
+    assert score(clause, truth) == plain, clause
+
+
+@FEW
+@given(values, values, st.lists(st.sampled_from(MARKUP), min_size=1, max_size=3))
+def test_property_markup_around_the_value_changes_nothing(truth, value, layers):
+    wrapped = value
+    for layer in layers:
+        wrapped = layer.format(wrapped)
+    s, plain = score(f"Answer: {wrapped}", truth), score(f"Answer: {value}", truth)
+    assert (s.correct, s.reason, s.pred) == (plain.correct, plain.reason, plain.pred), wrapped
+
+
+@FEW
+@given(values, values, st.sampled_from(BOXES), reasoning)
+def test_property_every_box_spelling_reads_like_boxed(truth, value, box, line):
+    spelled = f"{line}\nso the answer is {box.format(value)}."
+    boxed = f"{line}\nso the answer is \\boxed{{{value}}}."
+    s, reference = score(spelled, truth), score(boxed, truth)
+    assert (s.correct, s.reason, s.pred) == (reference.correct, reference.reason, reference.pred), spelled
+
+
+@FEW
+@given(values, values, st.sampled_from(MATH_WRAPPERS), st.sampled_from(["Answer: {}", "\\text{{Answer: }} {}"]))
+def test_property_answer_line_inside_math_reads_like_plain(truth, value, wrapper, line):
+    s, plain = score(wrapper.format(line.format(value)), truth), score(f"Answer: {value}", truth)
+    assert (s.correct, s.reason, s.pred) == (plain.correct, plain.reason, plain.pred)
+
+
+# --- real data: the committed fixtures (tests/fixtures/README.md) --------------------------------
 
 
 def test_real_ground_truths_in_every_dataset_format():
-    for row in _jsonl("dapo_math_17k_sample.jsonl"):
-        assert score(f"...\nAnswer: {row['answer']}", row["answer"]).correct
-    for row in _jsonl("aime2024.jsonl"):
+    dapo_rows, aime_rows = _jsonl("dapo_math_17k_64.jsonl"), _jsonl("aime2024.jsonl")
+    gsm8k_rows = _jsonl("gsm8k_answers.jsonl")
+    assert (len(dapo_rows), len(aime_rows), len(gsm8k_rows)) == (64, 30, 1319)
+    for row in dapo_rows:
+        assert score(f"...\nAnswer: {row['answer']}", row["answer"]) == Score(True, 1.0, row["answer"], "ok")
+        # the same answer, stated with the explanation, markup and box spellings of dapo-verifier-2
+        for ending in ("Answer: {v}, since it is the sum.", "**Answer**: `{v}`", "\\fbox{{{v}}}", "\\[Answer: {v}\\]"):
+            assert score("...\n" + ending.format(v=row["answer"]), row["answer"]).reason == "ok", ending
+    for row in aime_rows:
         assert score(f"So the answer is $\\boxed{{{int(row['answer']):03d}}}$.", row["answer"]).correct
-    for row in _jsonl("gsm8k_test.jsonl"):
-        assert score(f"Answer: {row['meta']['answer_no_commas']}", row["answer"]).correct
+    for row in gsm8k_rows:  # GSM8K writes "1,000"; the model may not
+        assert score(f"Answer: {row['answer_no_commas']}", row["answer"]).correct
+        assert score(f"Answer: {row['answer']}", row["answer_no_commas"]).correct
 
 
-def test_dapo_mode_is_fast():
-    response = "Let me think step by step. " * 100 + "\nAnswer: 85"
-    start = time.perf_counter()
-    for _ in range(2000):
-        score(response, "85")
-    assert time.perf_counter() - start < 1.0  # 2000/s floor; the bench measures the real rate
+def test_dapo_prompt_is_never_read_as_an_answer():
+    """The DAPO prompt of every fixture row, echoed before a real answer, leaves the verdict alone."""
+    for row in _jsonl("dapo_math_17k_64.jsonl"):
+        truth = row["answer"]
+        for value in (truth, str(int(truth) + 1)):
+            plain = score(f"Answer: {value}", truth)
+            assert score(row["prompt"] + f"\n\nReasoning.\nAnswer: {value}", truth) == plain
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -507,5 +841,89 @@ def test_cli_dataset_with_named_fields(tmp_path):
     with redirect_stdout(out):
         verifier.main([str(dataset), "--response-field", "model_output", "--limit", "2"])
     assert "2 rows" in out.getvalue() and "accuracy 1.000" in out.getvalue()
-    with pytest.raises(KeyError, match="no field 'response'"):
-        verifier.main([str(dataset)])
+
+
+def _cli_error(argv: list[str], capsys) -> str:
+    """main(argv) on bad input: exit status 2 and exactly one stderr line "error: ..." (returned)."""
+    with pytest.raises(SystemExit) as exit_info:
+        verifier.main(argv)
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+    return lines[0]
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+BAD_INPUTS = [  # (file contents or None for no file, extra arguments, words the error line must have)
+    (None, [], "does not exist or is not a file"),
+    ('{"response": "Answer: 3", "ground_truth": "3"}\nnot json\n', [], "line 2 is not JSON"),
+    ("[1, 2]\n", [], "line 1 is a JSON list, not an object"),
+    ('{"resp": "Answer: 3", "answer": "3"}\n', [], "row 0 has no field 'response' (its fields: answer, resp); name"),
+    ('{"response": "Answer: 3"}\n', [], "row 0 has no field 'answer'"),
+    ('{"response": "Answer: 3", "ground_truth": "3"}\n', ["--answer-field", "gt"], "no field 'gt'"),
+    ('{"response": "Answer: 3", "ground_truth": "1/2"}\n', [], "row 0: mode='dapo' needs an integer ground truth"),
+    ('{"response": "Answer: 3", "ground_truth": "\\\\frac{1}{2"}\n', ["--mode", "math"], "unbalanced braces"),
+    ("\n\n", [], "has no records"),
+    (b"\xff\xfe not text\n", [], "is not UTF-8 text"),
+]
+
+
+@pytest.mark.parametrize("text, extra, words", BAD_INPUTS, ids=range(len(BAD_INPUTS)))
+def test_cli_bad_input_is_one_error_line_and_status_2(text, extra, words, tmp_path, capsys):
+    path = tmp_path / "rollouts.jsonl"
+    if text is not None:
+        path.write_bytes(text if isinstance(text, bytes) else text.encode("utf-8"))
+    line = _cli_error([str(path), *extra], capsys)
+    assert words in line, line
+    assert str(path) in line  # names the input
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--mode", "lenient"], "argument --mode: invalid choice: 'lenient'"),
+        (["--limit", "0"], "argument --limit: '0' must be a finite number > 0"),
+        (["--limit", "ten"], "argument --limit: 'ten' is not a number"),
+        (["--timeout-s", "-1"], "argument --timeout-s: '-1' must be a finite number > 0"),
+        (["--timeout-s", "inf"], "argument --timeout-s: 'inf' must be a finite number > 0"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        ([], "the following arguments are required: path"),
+    ],
+)
+def test_cli_bad_flag_is_one_error_line_and_status_2(argv, words, tmp_path, capsys):
+    path = _write(tmp_path / "r.jsonl", '{"response": "Answer: 3", "ground_truth": "3"}\n')
+    line = _cli_error(argv if argv == [] else [path, *argv], capsys)
+    assert words in line and line.endswith("; run with --help for usage"), line
+
+
+def test_cli_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("DAPO_DEBUG", "1")
+    with pytest.raises(verifier.CliError, match="does not exist or is not a file"):
+        verifier.main([str(tmp_path / "missing.jsonl")])
+    path = _write(tmp_path / "bad.jsonl", "not json\n")
+    with pytest.raises(verifier.CliError, match="line 1 is not JSON") as error:
+        verifier.main([path])
+    assert isinstance(error.value.__cause__, json.JSONDecodeError)  # the original, chained
+
+
+def test_cli_as_a_program_prints_no_traceback(tmp_path):
+    """The same through `python verifier.py`, as a user runs it (one subprocess per case)."""
+    script = str(Path(verifier.__file__))
+    bad = _write(tmp_path / "bad.jsonl", '{"response": "Answer: 3"}\n{oops\n')
+    env_plain = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    run = subprocess.run(
+        [sys.executable, script, bad], capture_output=True, text=True, env=env_plain, timeout=120, check=False
+    )
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == f"error: {bad} line 2 is not JSON (Expecting property name enclosed in double quotes); " \
+        "pass a JSONL file, one JSON object per line\n"
+    debug = subprocess.run([sys.executable, script, bad], capture_output=True, text=True,
+                           env={**env_plain, "DAPO_DEBUG": "1"}, timeout=120, check=False)
+    assert debug.returncode == 1 and "Traceback (most recent call last)" in debug.stderr
+    assert debug.stderr.rstrip().splitlines()[-1] == "CliError: " + run.stderr[len("error: ") :].rstrip()
