@@ -168,7 +168,7 @@ def build(out_lines: list[str]) -> None:
 
     # --- 2. verifier ----------------------------------------------------------------------------------------
     w("## 2. Verdicts (`verifier.score`, mode `dapo`)\n")
-    w("The rule looks for the last `Answer:` line and compares the integer exactly. +1 if right, -1 otherwise "
+    w("The rule reads the `Answer:` line (several lines must agree) and compares the integer exactly. +1 if right, -1 otherwise "
       "(GRPO and DAPO use the same verifier).\n")
     w("| i | extracted | reason | correct | correctness reward |\n|---|---|---|---|---|")
     for i, sc in enumerate(group.scores):
