@@ -244,9 +244,14 @@ def _generator_main(cfg_dict, task, data, shared: SharedWeights, queue, stop_eve
     """Entry point of the generator process: produce batches start, start + 1, ... until stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop (after its checkpoint)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    import plumbing
+
     try:
         _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
-    except Exception:  # report any failure to the learner, which raises it; then exit non-zero
+    except (ValueError, OSError, plumbing.RunStopped) as e:  # a reason the user can act on: its message is enough
+        queue.put(("error", str(e)))
+        raise SystemExit(2) from None
+    except Exception:  # a bug: the learner raises it with the traceback; this process exits non-zero
         queue.put(("error", traceback.format_exc(limit=8)))
         raise
 

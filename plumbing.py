@@ -133,6 +133,7 @@ def _config_rules(c, world: int, engine: str):
     yield (c.seed < 0, f"--seed must be >= 0 (numpy's generators refuse negative seeds), got {c.seed}")
     yield (c.threads < 0, f"--threads must be >= 0 (0 = $OMP_NUM_THREADS or 1), got {c.threads}")
     yield (c.max_seconds < 0, f"--max_seconds must be >= 0 (0 = no budget), got {c.max_seconds}")
+    yield (c.max_samples < 0, f"--max_samples must be >= 0 (0 = no budget), got {c.max_samples}")
     yield (c.device not in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {c.device!r}")
     yield (c.device == "cuda" and not torch.cuda.is_available(),
           "--device cuda but torch sees no CUDA device: use --device cpu (or auto), or a CUDA build of torch")

@@ -366,8 +366,10 @@ class Run:
             print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                   "the weights may be broken", file=sys.stderr, flush=True)
         self.interrupted = all_reduce_max(float(self.signal.hit), self.dist) > 0
-        over = cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds
-        self.out_of_time = all_reduce_max(float(over), self.dist) > 0
+        self.state["samples_generated"] = self.state.get("samples_generated", 0) + stats["envelope/samples_generated"]
+        over = (cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds) or (
+            cfg.max_samples > 0 and self.state["samples_generated"] >= cfg.max_samples)
+        self.out_of_time = all_reduce_max(float(over), self.dist) > 0  # a budget of seconds or samples is spent
         if stats["policy/optimizer_steps"]:
             all_bad = stats.get("policy/nonfinite_grad_steps", 0) == stats["policy/optimizer_steps"]
             self.state["nonfinite_in_a_row"] = self.state.get("nonfinite_in_a_row", 0) + 1 if all_bad else 0

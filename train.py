@@ -62,6 +62,7 @@ class Config:
     steps: int = F(100, "rollout steps (each: generate, filter, then several optimizer steps)")
     max_seconds: float = F(0.0, "wall-clock budget in seconds: after the step that crosses it the run ends as if it were "
                            "the last step (checkpoint, held-out evaluation, final/); 0 = no budget")
+    max_samples: int = F(0, "budget of generated samples (responses), the same way: 0 = no budget")
     device: str = F("auto", "auto | cpu | cuda")
     threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
     # model and data
@@ -197,7 +198,7 @@ PRESETS: dict[str, dict] = {
 }
 
 # Fields that may differ between a run and its resumption without changing what it computes.
-RESUME_FREE_FIELDS = {"steps", "max_seconds", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads",
+RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads",
                       "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device"}
 
 

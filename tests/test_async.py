@@ -1,0 +1,132 @@
+"""Generation in a process of its own (generator.py, --max_policy_lag), on the real entry point.
+
+End-to-end kind, on the tiny default: the two processes at lag 0 reproduce the inline loop bit
+for bit (which proves the weight transfer and the batch hand-over); at lag 1 no group is trained
+more than one version behind and every record and metric says how far behind it was; a generator
+that fails stops the learner with its error (no hang, no process left); SIGTERM checkpoints and
+stops both; a resumed run regenerates what was in flight and continues the data stream.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import train
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8", "--gen_prompts_per_round", "12",
+         "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t"]
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _strip(rows: list[dict], drop=("time/", "perf/", "memory/", "async/", "gen_wall_s", "lag_s", "admission")) -> list[dict]:
+    return [{k: v for k, v in r.items() if not k.startswith(drop)} for r in rows]
+
+
+def test_generator_process_at_lag_0_reproduces_the_inline_loop(tmp_path):
+    inline, proc = tmp_path / "inline", tmp_path / "proc"
+    train.main(["--run_dir", str(inline), "--steps", "2", *SMALL])
+    train.main(["--run_dir", str(proc), "--steps", "2", "--generator_process", "true", *SMALL])
+    for name in ("metrics.jsonl", "rollouts.jsonl", "probe_rollouts.jsonl"):
+        assert _strip(_jsonl(inline / name)) == _strip(_jsonl(proc / name)), name
+    a, b = load_file(inline / "final/model.safetensors"), load_file(proc / "final/model.safetensors")
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    m = _jsonl(proc / "metrics.jsonl")
+    assert [r["async/lag"] for r in m] == [0, 0] and all("async/learner_idle_s" in r for r in m)
+    records = _jsonl(proc / "rollouts.jsonl")
+    assert {r["admission"] for r in records if r["kept"]} == {"lag 0 <= max_policy_lag 0"}
+
+
+def test_lag_1_never_trains_on_older_groups_and_says_how_old(tmp_path):
+    run = tmp_path / "lag1"
+    train.main(["--run_dir", str(run), "--steps", "4", "--max_policy_lag", "1", "--probe_every", "0",
+                "--offpolicy_objective", "decoupled", *SMALL])
+    metrics, records = _jsonl(run / "metrics.jsonl"), _jsonl(run / "rollouts.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    for m in metrics:
+        assert 0 <= m["async/lag"] <= 1 and m["async/queue_depth"] <= 2
+        ages = {int(k.split("/")[1]) for k in m if k.startswith("age/") and k.endswith("/groups")}
+        assert ages == {m["async/lag"]}  # the lag histogram: one batch, one generating version
+        assert 0.0 < m["offpolicy/weight_mean"] and m["offpolicy/ess"] <= 1.0 + 1e-9  # the decoupled weight's diagnostics
+    kept = [r for r in records if r["kept"]]
+    assert kept and all(r["lag_versions"] == r["learner_version"] - r["policy_version"] <= 1 for r in kept)
+    assert all(r["admission"] == f"lag {r['lag_versions']} <= max_policy_lag 1" and r["lag_s"] >= 0 for r in kept)
+    assert metrics[0]["async/lag"] == 0  # the first batch can only come from the starting weights
+
+
+def test_a_failing_generator_stops_the_learner_with_its_error(tmp_path):
+    """Answers no policy can match: dynamic sampling keeps nothing and, under --on_exhausted error,
+    the generator fails at its first batch; the learner raises that error at once."""
+    data = tmp_path / "impossible.jsonl"
+    data.write_text("".join(json.dumps({"problem": f"What is {i}+{i}?", "answer": "123456789"}) + "\n" for i in range(20)))
+    t0 = time.perf_counter()
+    with pytest.raises(RuntimeError, match="the generator process failed: .*dynamic sampling kept 0/8 groups"):
+        train.main(["--run_dir", str(tmp_path / "r"), "--steps", "3", "--max_policy_lag", "1", "--data", str(data),
+                    "--eval_data", "", "--instruction", "none", "--on_exhausted", "error", "--max_gen_rounds", "1", *SMALL])
+    assert time.perf_counter() - t0 < 300  # generous: the point is that it returns at all
+
+
+def _children(pid: int) -> list[int]:
+    import psutil
+
+    return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+
+
+def test_sigterm_checkpoints_and_stops_both_processes(tmp_path):
+    import psutil
+
+    run = tmp_path / "sig"
+    cmd = [sys.executable, "train.py", "--run_dir", str(run), "--steps", "200", "--max_policy_lag", "1", "--eval_data", "",
+           *SMALL]
+    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 300
+        while not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):  # a step has finished
+            assert proc.poll() is None and time.time() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.5)
+        children = _children(proc.pid)
+        assert children, "the generator process should be running"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "checkpoint written" in out and "Traceback" not in out
+    time.sleep(1)
+    assert not [p for p in children if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    state = json.loads((run / "checkpoints" / (run / "checkpoints" / "latest").read_text().strip() / "trainer_state.json")
+                       .read_text())
+    metrics = _jsonl(run / "metrics.jsonl")
+    assert state["step"] == len(metrics) and state["buffer"] == []
+    assert state["stream_position"] == sum(m["groups/generated"] for m in metrics)  # prompts of trained batches only
+
+
+def test_resume_regenerates_what_was_in_flight_and_continues_the_stream(tmp_path):
+    run = tmp_path / "res"
+    args = ["--run_dir", str(run), "--max_policy_lag", "1", "--eval_data", "", *SMALL]
+    train.main([*args, "--steps", "2"])
+    first = json.loads((run / "checkpoints" / "step_000002" / "trainer_state.json").read_text())
+    train.main([*args, "--steps", "4", "--resume", "latest"])
+    metrics, records = _jsonl(run / "metrics.jsonl"), _jsonl(run / "rollouts.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1, 2, 3]
+    assert first["stream_position"] == sum(m["groups/generated"] for m in metrics[:2])
+    # After the resume the generator starts from the checkpoint's weights (version 2): batch 2 has lag 0.
+    assert metrics[2]["async/lag"] == 0 and 0 <= metrics[3]["async/lag"] <= 1
+    final = json.loads((run / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
+    assert final["stream_position"] == sum(m["groups/generated"] for m in metrics)  # every prompt used once, in order
+    assert len({r["group_id"] for r in records}) == len(records) // 8  # group ids unique across the resume
