@@ -131,12 +131,14 @@ class AsyncGenerator:
         self.cfg, self.engine, self.dist, self.next_index = cfg, engine, dist, start
         self.stream_position = stream_position
         self.proc = None
+        self.probe_ids, self.probe_len = list(probe_ids), min(16, len(probe_ids) - 1)
         state = full_state_dict(model, dist)
+        reference = probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank: a forward under FSDP is collective
         if not dist.main:
             return
         ctx = mp.get_context("spawn")
-        self.shared = SharedWeights(state, probe_ids, min(16, len(probe_ids) - 1), ctx)
-        self.shared.publish(state, start, probe_logprobs(model, self.shared.probe_ids, self.shared.probe_len))
+        self.shared = SharedWeights(state, self.probe_ids, self.probe_len, ctx)
+        self.shared.publish(state, start, reference)
         self.queue, self.stop_event = ctx.Queue(), ctx.Event()
         import dataclasses
 
@@ -204,8 +206,9 @@ class AsyncGenerator:
         t0 = time.perf_counter()
         rollout.sync_engine(self.engine, model, version, self.dist.world)
         state = full_state_dict(model, self.dist)
+        reference = probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank (FSDP)
         if self.dist.main:
-            self.shared.publish(state, version, probe_logprobs(model, self.shared.probe_ids, self.shared.probe_len))
+            self.shared.publish(state, version, reference)
         return time.perf_counter() - t0
 
     def stop(self) -> None:

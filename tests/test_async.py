@@ -130,3 +130,24 @@ def test_resume_regenerates_what_was_in_flight_and_continues_the_stream(tmp_path
     final = json.loads((run / "checkpoints" / "step_000004" / "trainer_state.json").read_text())
     assert final["stream_position"] == sum(m["groups/generated"] for m in metrics)  # every prompt used once, in order
     assert len({r["group_id"] for r in records}) == len(records) // 8  # group ids unique across the resume
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun test runs on Linux")
+def test_two_learner_ranks_and_a_generator_equal_one_inline_process(tmp_path):
+    """torchrun with 2 learner ranks (FSDP2; rank 0 owns the generator process) at lag 0 against
+    one inline process with the same --gen_shards: the same rollouts, weights within the float
+    tolerance of tests/test_distributed.py (lr 1e-5)."""
+    args = ["--steps", "2", "--eval_data", "", "--lr", "1e-5", "--group_size", "4", "--prompts_per_step", "4",
+            "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2",
+            "--seed", "3", "--run_id", "t"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    one, two = tmp_path / "one", tmp_path / "two"
+    for cmd in ([sys.executable, "train.py", "--run_dir", str(one), *args],
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29657", "train.py",
+                 "--run_dir", str(two), "--generator_process", "true", *args]):
+        out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "Traceback" not in out.stderr
+    assert _strip(_jsonl(one / "rollouts.jsonl")) == _strip(_jsonl(two / "rollouts.jsonl"))
+    w1, w2 = load_file(one / "final/model.safetensors"), load_file(two / "final/model.safetensors")
+    assert max((w1[k] - w2[k]).abs().max().item() for k in w1) <= 1e-5
