@@ -117,6 +117,50 @@ def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
     return lp[0].double().cpu()
 
 
+def make_source(cfg, task, model, engine, tokenizer, data, dist, start: int, resumed: dict | None, collect, group_cls):
+    """Where each step's groups come from: the learner itself (InlineSource), or a generator process
+    beside it (AsyncGenerator, --max_policy_lag / --generator_process). Resumes the data position
+    (and the staleness buffer) of a checkpoint. collect: train.collect_groups; group_cls: train.Group."""
+    position = resumed["stream_position"] if resumed else 0
+    if cfg.max_policy_lag > 0 or cfg.generator_process:
+        return AsyncGenerator(cfg, task, model, engine, dist, data, start=start, stream_position=position,
+                              probe_ids=data.prompt_ids[0] + data.prompt_ids[1 % len(data)])
+    source = InlineSource(cfg, task, engine, tokenizer, data, dist, collect)
+    source.stream.position = position
+    source.buffer = [group_cls.from_json(d) for d in resumed["buffer"]] if resumed else []
+    return source
+
+
+class InlineSource:
+    """The official loop: the learner generates each step's groups itself (train.collect_groups),
+    with the weights it has just trained, then hands its new weights to its engine."""
+
+    def __init__(self, cfg, task, engine, tokenizer, data, dist, collect):
+        from task import PromptStream
+
+        self.cfg, self.task, self.engine, self.tokenizer, self.data, self.dist = cfg, task, engine, tokenizer, data, dist
+        self.collect, self.stream, self.buffer = collect, PromptStream(len(data), cfg.seed), []
+
+    def next(self, step: int):
+        return self.collect(step, self.engine, self.stream, self.data, self.cfg, self.dist, self.tokenizer, self.task,
+                            self.buffer)
+
+    def publish(self, model, version: int) -> float:
+        import rollout
+
+        return rollout.sync_engine(self.engine, model, version, self.dist.world)
+
+    def state(self) -> dict:
+        """What a checkpoint needs to continue: the data position and the staleness buffer."""
+        return {"stream_position": self.stream.position, "buffer": [g.to_json() for g in self.buffer]}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+
 class AsyncGenerator:
     """The learner's handle on the generator process: `next` batch, `publish` weights, `state`, stop on exit.
 
@@ -262,13 +306,14 @@ def _generator_main(cfg_dict, task, data, shared: SharedWeights, queue, stop_eve
 def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid) -> None:
     import plumbing
     import train
+    from task import PromptStream
 
     cfg = train.Config(**cfg_dict)
     plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     model = plumbing.load_model(cfg.model, torch.device("cpu"), trust_remote_code=cfg.trust_remote_code)
     engine = plumbing.make_engine(cfg, model, tokenizer, torch.device("cpu"), 1, max(map(len, data.prompt_ids)), announce=False)
-    stream = train.PromptStream(len(data), cfg.seed)
+    stream = PromptStream(len(data), cfg.seed)
     stream.position = stream_position
     version = -1
     for b in range(start, cfg.steps):

@@ -35,6 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 import verifier
 
 # The official DAPO instruction around a bare problem: the user prompt of every row of DAPO-Math-17k
@@ -92,6 +94,22 @@ def dedupe_by_id(problems: list[Problem]) -> list[Problem]:
             seen.add(p.id)
             out.append(p)
     return out
+
+
+class PromptStream:
+    """Endless, seeded, epoch-shuffled stream of problem indices; `position` is resumable."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.position = n, seed, 0
+
+    def take(self, k: int) -> list[int]:
+        out = []
+        for _ in range(k):
+            epoch, i = divmod(self.position, self.n)
+            order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
+            out.append(int(order[i]))
+            self.position += 1
+        return out
 
 
 class Task:

@@ -37,13 +37,14 @@ import torch
 
 import dapo
 import eval as evaluation  # measuring a model; the module name shadows the builtin `eval` only here
+import generator
 import plumbing
 import rollout
 import runlog
 import verifier
 from plumbing import F, Dist, all_reduce_max, all_reduce_sum
 from rollout import Sample, SamplingParams
-from task import Dataset, Problem, Task
+from task import Dataset, Problem, PromptStream, Task
 
 PROBE_ROUND = -1  # the probe set is sampled with the request seed of "round -1" of its step (no generation round has it)
 
@@ -268,22 +269,6 @@ def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], 
         r_over = torch.zeros(len(samples))  # (G,)
     return Group(problem, prompt_ids, samples, scores, r_over, r_correct + r_over,
                  torch.tensor([s.correct for s in scores]), gen_round, gen_wall_s, group_id)
-
-
-class PromptStream:
-    """Endless, seeded, epoch-shuffled stream of problem indices; `position` is resumable."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.position = n, seed, 0
-
-    def take(self, k: int) -> list[int]:
-        out = []
-        for _ in range(k):
-            epoch, i = divmod(self.position, self.n)
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.n)
-            out.append(int(order[i]))
-            self.position += 1
-        return out
 
 
 @dataclass
@@ -591,7 +576,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         run.state["heldout_before"] = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
-    with make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed) as source:  # inline, or a process
+    source = generator.make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed, collect_groups, Group)
+    with source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
@@ -627,48 +613,6 @@ def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | No
     data = task.load(cfg.data, tokenizer, cfg, held_out=False)
     held_out = task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit) if cfg.eval_data else None
     return data, held_out
-
-
-def make_source(cfg: Config, task: Task, model, engine, tokenizer, data: Dataset, dist: Dist, start: int, resumed: dict | None):
-    """Where each step's groups come from: the learner itself (InlineSource), or a generator process
-    beside it (generator.AsyncGenerator, --max_policy_lag / --generator_process). Resumes the data
-    position (and the staleness buffer) of a checkpoint."""
-    position = resumed["stream_position"] if resumed else 0
-    if cfg.max_policy_lag > 0 or cfg.generator_process:
-        import generator
-
-        return generator.AsyncGenerator(cfg, task, model, engine, dist, data, start=start, stream_position=position,
-                                        probe_ids=data.prompt_ids[0] + data.prompt_ids[1 % len(data)])
-    source = InlineSource(cfg, task, engine, tokenizer, data, dist)
-    source.stream.position = position
-    source.buffer = [Group.from_json(d) for d in resumed["buffer"]] if resumed else []
-    return source
-
-
-class InlineSource:
-    """The official loop: the learner generates each step's groups itself (collect_groups), with
-    the weights it has just trained, then hands its new weights to the engine."""
-
-    def __init__(self, cfg: Config, task: Task, engine, tokenizer, data: Dataset, dist: Dist):
-        self.cfg, self.task, self.engine, self.tokenizer, self.data, self.dist = cfg, task, engine, tokenizer, data, dist
-        self.stream, self.buffer = PromptStream(len(data), cfg.seed), []
-
-    def next(self, step: int) -> Rollouts:
-        return collect_groups(step, self.engine, self.stream, self.data, self.cfg, self.dist, self.tokenizer, self.task,
-                              self.buffer)
-
-    def publish(self, model, version: int) -> float:
-        return rollout.sync_engine(self.engine, model, version, self.dist.world)
-
-    def state(self) -> dict:
-        """What a checkpoint needs to continue: the data position and the staleness buffer."""
-        return {"stream_position": self.stream.position, "buffer": [g.to_json() for g in self.buffer]}
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
 
 
 def main(argv: list[str] | None = None) -> dict:
