@@ -48,7 +48,7 @@ import queue as queue_lib
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -65,8 +65,6 @@ class Batch:
     rollouts: object  # train.Rollouts
     stream_position: int  # the prompt stream's position after it (what a checkpoint records)
     generator_idle_s: float  # seconds the generator waited for new enough weights before it
-    finished_at: float  # time.time() when it was put in the queue
-    stats: dict = field(default_factory=dict)
 
 
 class SharedWeights:
@@ -172,7 +170,7 @@ class AsyncGenerator:
     def __init__(self, cfg, task, model, engine, dist, data, *, start: int, stream_position: int, probe_ids: list[int]):
         import torch.multiprocessing as mp
 
-        self.cfg, self.engine, self.dist, self.next_index = cfg, engine, dist, start
+        self.cfg, self.engine, self.dist = cfg, engine, dist
         self.stream_position = stream_position
         self.proc = None
         self.probe_ids, self.probe_len = list(probe_ids), min(16, len(probe_ids) - 1)
@@ -209,20 +207,19 @@ class AsyncGenerator:
         """
         import plumbing
 
-        if step != self.next_index:
-            raise RuntimeError(f"the learner asked for batch {step}, the generator produces {self.next_index} next")
         out = None
         if self.dist.main:
             t0, depth = time.perf_counter(), self.queue.qsize()
             batch: Batch = pickle.loads(self._get()[1])  # pickled whole: no shared-memory handle per tensor
             waited = time.perf_counter() - t0
+            if batch.index != step:  # batches come in order, one per step: anything else is a bug
+                raise RuntimeError(f"the learner at step {step} received the generator's batch {batch.index}")
             for g in batch.rollouts.generated:
                 g.admission = f"lag {step - batch.version} <= max_policy_lag {self.cfg.max_policy_lag}"
             batch.rollouts.stats.update({"async/learner_idle_s": waited, "async/generator_idle_s": batch.generator_idle_s,
                                          "async/queue_depth": depth, "async/lag": step - batch.version})
             out = (batch.rollouts, batch.stream_position)
         out = plumbing.broadcast_object(out, self.dist)
-        self.next_index += 1
         self.stream_position = out[1]
         return out[0]
 
@@ -329,7 +326,7 @@ def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, st
         idle = time.perf_counter() - t0
         rollouts = train.collect_groups(b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, task, [],
                                         version=version, n_shards=n_shards)
-        queue.put(("batch", pickle.dumps(Batch(b, version, rollouts, stream.position, idle, time.time()))))
+        queue.put(("batch", pickle.dumps(Batch(b, version, rollouts, stream.position, idle))))
 
 
 def _load_weights(shared: SharedWeights, model, engine) -> int:

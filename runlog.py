@@ -344,6 +344,7 @@ class Run:
         stats["time/step"] = time.perf_counter() - self.t_step
         gen_tokens = sum(len(s.token_ids) for g in generated for s in g.samples)
         stats["perf/generated_tokens_per_s"] = gen_tokens / max(stats.get("time/generate", 0.0), 1e-9)
+        stats["perf/samples_per_s"] = len(generated) * cfg.group_size / max(stats["time/step"], 1e-9)  # the pipeline's rate
         stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
                       "envelope/active_samples": len(kept) * cfg.group_size,
                       "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
