@@ -55,6 +55,9 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
     if spec == "tiny" or spec.startswith("tiny:"):
         import tiny
 
+        if not data.name.startswith("tiny:"):
+            raise ValueError(f"--paraphrases {spec!r} rewords the tiny task's problems (--data tiny), not {data.name}: for "
+                             "other data pass a .jsonl of paraphrases keyed by problem id")
         k = len(tiny.PARAPHRASE_STYLES)
         if spec != "tiny":
             try:

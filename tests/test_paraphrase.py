@@ -73,10 +73,10 @@ def test_tiny_paraphrases_refuse_what_they_cannot_reword():
 # --- paraphrase.load -------------------------------------------------------------------------------------
 
 
-def dataset(bare: bool) -> Dataset:
+def dataset(bare: bool, name: str = "tiny:three") -> Dataset:
     probs = [Problem(f"p{i}", [{"role": "user", "content": f"What is {a}+{b}?"}], str(a + b), bare=bare)
              for i, (a, b) in enumerate(((12, 30), (5, 7), (100, 1)))]
-    return Dataset(probs, [Task().build_prompt(p, TOKENIZER, SETTINGS) for p in probs], "three", "h")
+    return Dataset(probs, [Task().build_prompt(p, TOKENIZER, SETTINGS) for p in probs], name, "h")
 
 
 def test_load_tiny_rewordings():
@@ -122,6 +122,8 @@ def test_load_refuses_unknown_specs(tmp_path):
                            (str(tmp_path / "none.jsonl"), FileNotFoundError, "no such file")):
         with pytest.raises(err, match=msg):
             paraphrase.load(spec, dataset(False), TOKENIZER, SETTINGS, Task())
+    with pytest.raises(ValueError, match="rewords the tiny task's problems .--data tiny., not aime.parquet"):
+        paraphrase.load("tiny", dataset(False, "aime.parquet"), TOKENIZER, SETTINGS, Task())
 
 
 # --- paraphrase.evaluate with a scripted engine -------------------------------------------------------------
