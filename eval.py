@@ -536,7 +536,8 @@ def write_report(res: dict, out_dir: str | Path) -> None:
 def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
     """Paired comparison of two reports on the same problems: {"metrics": {name: paired_bootstrap}, "warnings"}.
 
-    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it.
+    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it; with
+    paraphrases in both (--paraphrases), also avg@k on them and the gap (paraphrase.compare).
 
     Raises:
         ValueError: the reports do not cover the same problem ids with the same k.
@@ -554,8 +555,12 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
             "verifier_version", "instruction")
     warnings = [f"{key} differs: A {a['settings'].get(key)!r}, B {b['settings'].get(key)!r}"
                 for key in keys if a["settings"].get(key) != b["settings"].get(key)]
-    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings,
-            "metrics": {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}}
+    metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}
+    if "paraphrase" in a and "paraphrase" in b:
+        import paraphrase  # here, not at the top: paraphrase.py imports this file
+
+        metrics.update(paraphrase.compare(a, b, n_boot=n_boot, level=level, seed=seed, warnings=warnings))
+    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings, "metrics": metrics}
 
 
 def compare_main(argv: list[str]) -> dict:

@@ -164,6 +164,34 @@ def evaluate(engine, tokenizer, para: dict, original: dict, params, cfg, task: T
             "per_paraphrase": per}
 
 
+def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int, warnings: list) -> dict:
+    """Paraphrase side of `eval.py compare A B`: {"paraphrase avg@k": A minus B on the paraphrases,
+    "gap avg@k": A's gap minus B's gap}, each eval.paired_bootstrap over the problems with paraphrases.
+
+    a, b: two report.json dicts with "paraphrase" (same problems and k, checked by eval.compare). A
+    rise on the originals with no rise on the paraphrases shows as a widening (more negative) gap.
+    Returns {} and appends to `warnings` when the two reports paraphrased different problems or styles.
+    """
+    def per_problem(rep: dict) -> tuple[dict, dict]:  # {problem id: paraphrase avg@k}, {problem id: original avg@k}
+        acc: dict[str, list] = {}
+        for r in rep["paraphrase"]["per_paraphrase"]:
+            acc.setdefault(r["of"], []).append(r["accuracy"])
+        return {pid: float(np.mean(v)) for pid, v in acc.items()}, {r["id"]: r["accuracy"] for r in rep["per_problem"]}
+
+    (para_a, orig_a), (para_b, orig_b) = per_problem(a), per_problem(b)
+    ids_of = lambda rep: sorted(r["id"] for r in rep["paraphrase"]["per_paraphrase"])  # noqa: E731
+    if ids_of(a) != ids_of(b):
+        warnings.append(f"paraphrases differ (A {a['paraphrase']['spec']}, {a['paraphrase']['n_paraphrases']}; B "
+                        f"{b['paraphrase']['spec']}, {b['paraphrase']['n_paraphrases']}): their comparison is left out")
+        return {}
+    ids = sorted(para_a)
+    pa, pb = np.array([para_a[i] for i in ids]), np.array([para_b[i] for i in ids])  # (P,), (P,)
+    ga, gb = pa - np.array([orig_a[i] for i in ids]), pb - np.array([orig_b[i] for i in ids])  # (P,) gaps
+    k = a["settings"]["k"]
+    return {f"paraphrase avg@{k}": evaluation.paired_bootstrap(pa, pb, n_boot=n_boot, level=level, seed=seed),
+            f"gap avg@{k}": evaluation.paired_bootstrap(ga, gb, n_boot=n_boot, level=level, seed=seed)}
+
+
 def _verdict(r: dict) -> str:
     if not r["excludes_zero"]:
         return "no gap shown (interval contains 0)"

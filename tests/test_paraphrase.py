@@ -167,6 +167,34 @@ def test_gap_and_paired_interval_are_exact():
     assert "| swap | 3 | 1.000 | 1.000 | +0.000 | [+0.000, +0.000] |" in md
 
 
+class AlwaysZero(OriginalWordingOnly):
+    """"Answer: 0" to every prompt (a model that learned nothing)."""
+
+    def generate(self, prompts, params):
+        ids = TOKENIZER("Answer: 0", add_special_tokens=False)["input_ids"] + [TOKENIZER.eos_token_id]
+        return [[rollout.Sample(list(ids), "stop") for _ in range(1 if params.temperature == 0 else params.n)] for _ in prompts]
+
+
+def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
+    data, task = dataset(False), Task()
+    params = rollout.SamplingParams(n=2, max_new_tokens=16, temperature=1.0, top_p=0.7, seed=0)
+    para = paraphrase.load("tiny", data, TOKENIZER, SETTINGS, task)
+    reports = []
+    for engine in (OriginalWordingOnly(), AlwaysZero()):
+        rep = ev.evaluate(engine, TOKENIZER, data, params, SETTINGS, task, n_boot=100)
+        rep["paraphrase"] = paraphrase.evaluate(engine, TOKENIZER, para, rep, params, SETTINGS, task, n_boot=100)
+        reports.append(json.loads(json.dumps(rep)))  # as read back from report.json
+    res = ev.compare(*reports, n_boot=100, level=0.95, seed=0)
+    assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "paraphrase avg@2", "gap avg@2"] and res["warnings"] == []
+    assert res["metrics"]["avg@2"]["diff"] == 1.0
+    p, g = res["metrics"]["paraphrase avg@2"], res["metrics"]["gap avg@2"]
+    assert [p["a"], p["b"], p["diff"]] == pytest.approx([0.2, 0.0, 0.2], abs=1e-12)  # right on 1 style of 5, against 0
+    assert [g["a"], g["b"], g["diff"]] == pytest.approx([-0.8, 0.0, -0.8], abs=1e-12)  # A's gap is wider: -0.8 against 0
+    reports[1]["paraphrase"]["per_paraphrase"] = reports[1]["paraphrase"]["per_paraphrase"][:-1]
+    res = ev.compare(*reports, n_boot=100, level=0.95, seed=0)
+    assert "paraphrase avg@2" not in res["metrics"] and res["warnings"][0].startswith("paraphrases differ")
+
+
 # --- eval.py ------------------------------------------------------------------------------------------------
 
 
