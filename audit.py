@@ -38,6 +38,8 @@ FLAGS = {  # name: what it means; every flag is counted over rewarded answers on
     "disagrees_dapo-official": "the official rule ('dapo-official', the paper's) scores this rewarded answer wrong",
     "disagrees_math": "the 'math' mode scores this rewarded answer wrong",
 }
+RECORD_FIELDS = ("step", "policy_version", "learner_version", "prompt_id", "prompt", "response", "ground_truth", "correct",
+                 "pred", "verifier_reason", "verifier", "response_tokens", "truncated")  # what the audit reads of a record
 N_PHASES = 4  # training phases of the stratified sample: equal ranges of steps
 _MARKER = re.compile(r"answer[ \t]*[:\uff1a]", re.IGNORECASE | re.ASCII)  # ASCII letters only, as verifier.py
 _LEADING = re.compile(r"[ \t\r\n*]*")
@@ -165,8 +167,8 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
          in-prompt contrast, "strata": [{"phase", "age", "length", "rewarded"}], "sample": [...], "modes"}.
 
     Raises:
-        FileNotFoundError: no such file. ValueError: a line that is not JSON (file and line named), or
-        a negative rollout age (age_bucket).
+        FileNotFoundError: no such file. ValueError: a line that is not JSON or lacks a field of
+        RECORD_FIELDS (file and line named), or a negative rollout age (age_bucket).
     """
     path = Path(path)
     counts, kept = Counter(), {f: [] for f in FLAGS}  # kept: per flag, the `examples` rollouts with the smallest keys
@@ -184,6 +186,9 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}:{line_no} is not JSON ({e.msg}); a crash mid-write leaves a partial last line: "
                                  "delete it") from e
+            missing = [k for k in RECORD_FIELDS if k not in r] if isinstance(r, dict) else list(RECORD_FIELDS)
+            if missing:
+                raise ValueError(f"{path}:{line_no} is not a rollout record (rollout.RolloutRecord): no {', '.join(missing)}")
             n += 1
             has_leak = number_in(r["ground_truth"], r["prompt"])
             leak[has_leak][0] += 1
@@ -201,7 +206,7 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
                 if s is not None and not s.correct:
                     flags.append(f"disagrees_{mode}")
             digest = hashlib.sha256(" ".join(r["response"].split()).encode()).digest()[:12]
-            entry = same.setdefault(digest, [[], 0, r["response"], key])
+            entry = same.setdefault(digest, [[], 0, clip(r["response"], 600), key])
             entry[1] += 1
             if r["prompt_id"] not in entry[0] and len(entry[0]) < 20:
                 entry[0].append(r["prompt_id"])
@@ -230,7 +235,7 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
         rows.append({"phase": label, "age": age_label, "length": len_label, "rewarded": count})
         sample += [{"phase": label, "age_bucket": age_label, "length_bucket": len_label, **ex} for _, ex in best]
     return {"path": str(path), "rollouts": n, "rewarded": rewarded, "modes": sorted(modes), "flags": flags_out,
-            "same_response_groups": [{"response": clip(e[2], 600), "problems": e[0], "rollouts": e[1]} for e in groups[:examples]],
+            "same_response_groups": [{"response": e[2], "problems": e[0], "rollouts": e[1]} for e in groups[:examples]],
             "leak": [{"ground_truth_in_prompt": k, "rollouts": v[0], "correct_frac": v[1] / v[0] if v[0] else None}
                      for k, v in ((True, leak[True]), (False, leak[False]))],
             "strata": rows, "sample": sample, "per_stratum": per_stratum, "seed": seed}

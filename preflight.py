@@ -64,8 +64,10 @@ def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace
     fields = {f.name: f for f in dataclasses.fields(train.Config)}
     for name in SHARED:
         f = fields[name]
-        kind = plumbing.parse_bool if f.type in ("bool", bool) else type(f.default)
-        ap.add_argument(f"--{name}", type=kind, default=None, help=f"{f.metadata['help']} (default: the preset's)".replace("%", "%%"))
+        is_bool = f.type in ("bool", bool)
+        ap.add_argument(f"--{name}", type=plumbing.parse_bool if is_bool else type(f.default), default=None,
+                        metavar="BOOL" if is_bool else None,
+                        help=f"{f.metadata['help']} (default: the preset's; tiny {f.default!r})".replace("%", "%%"))
     args = ap.parse_args(argv)
     values = {**train.PRESETS[args.preset], **{k: getattr(args, k) for k in SHARED if getattr(args, k) is not None}}
     cfg = train.Config(**values)

@@ -16,6 +16,8 @@ tokens per second on such a machine, so the default is a task and a model made f
     (`python tiny.py build`) until it follows the format but is often wrong. The result is shipped
     in assets/tiny-base/ so that every run starts from the same weights; rebuilding it is one
     command and takes about a minute.
+  * Paraphrases: `paraphrases` rewords a problem five ways with the same answer (other phrasings,
+    operands in words, an irrelevant sentence, the operands swapped), for `eval.py --paraphrases tiny`.
 
 The RL run then does the improving (README "Demo").
 """

@@ -193,10 +193,13 @@ def test_stratified_sample_covers_every_stratum_with_distinct_problems(planted):
     assert len(audit.audit_rollouts(planted, budget=BUDGET, n_steps=8, per_stratum=1)["sample"]) == len(a["strata"])
 
 
-def test_a_partial_last_line_names_the_fix(tmp_path):
+def test_a_partial_or_foreign_line_names_the_fix(tmp_path):
     path = tmp_path / "rollouts.jsonl"
     path.write_text(json.dumps(planted_rollouts()[0]) + "\n{\"run_id\": \"pl")
     with pytest.raises(ValueError, match=r"rollouts.jsonl:2 is not JSON .*delete it"):
+        audit.audit_rollouts(path, budget=BUDGET, n_steps=8)
+    path.write_text(json.dumps({k: v for k, v in planted_rollouts()[0].items() if k not in ("prompt", "pred")}) + "\n")
+    with pytest.raises(ValueError, match=r"rollouts.jsonl:1 is not a rollout record .*: no prompt, pred$"):
         audit.audit_rollouts(path, budget=BUDGET, n_steps=8)
 
 
