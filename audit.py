@@ -162,7 +162,8 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
             index): deterministic, and spread over the run.
 
     Returns:
-        {"rollouts", "rewarded", "flags": {flag: {"count", "share" (of rewarded), "doc", "examples"}},
+        {"rollouts", "rewarded", "flags": {flag: {"count", "share" (of rewarded), "doc", "per_phase" (counts
+         per training phase; None for same_response), "examples"}}, "phases", "rewarded_per_phase",
          "same_response_groups": [{"response", "problems", "rollouts"}], "leak": rows of the ground-truth-
          in-prompt contrast, "strata": [{"phase", "age", "length", "rewarded"}], "sample": [...], "modes"}.
 
@@ -177,6 +178,7 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
     n = rewarded = 0
     modes: set[str] = set()
     phase_len = max(1, -(-n_steps // N_PHASES))
+    per_phase = {f: [0] * N_PHASES for f in ["rewarded", *FLAGS]}  # rewarded answers and each flag, per training phase
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -211,11 +213,13 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
             if r["prompt_id"] not in entry[0] and len(entry[0]) < 20:
                 entry[0].append(r["prompt_id"])
             ex = {**_example(r, flags, age), "_digest": digest}
+            phase = min(int(r["step"]) // phase_len, N_PHASES - 1)
+            per_phase["rewarded"][phase] += 1
             for fl in flags:
                 counts[fl] += 1
+                per_phase[fl][phase] += 1
                 _keep(kept[fl], key, ex, examples)
-            stratum = ((min(int(r["step"]) // phase_len, N_PHASES - 1)), age_bucket(age),
-                       length_bucket(int(r["response_tokens"]), bool(r["truncated"]), budget))
+            stratum = (phase, age_bucket(age), length_bucket(int(r["response_tokens"]), bool(r["truncated"]), budget))
             cell = strata.setdefault(stratum, [0, []])
             cell[0] += 1
             _keep(cell[1], key, ex, per_stratum)
@@ -227,7 +231,7 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
             ex["flags"].append("same_response")
     groups.sort(key=lambda e: (-len(e[0]), -e[1], e[3]))
     flags_out = {f: {"count": counts[f], "share": counts[f] / rewarded if rewarded else 0.0, "doc": doc,
-                     "examples": [ex for _, ex in kept[f]]}
+                     "per_phase": None if f == "same_response" else per_phase[f], "examples": [ex for _, ex in kept[f]]}
                  for f, doc in FLAGS.items() if not f.startswith("disagrees_") or f.split("_", 1)[1] not in modes}
     sample, rows = [], []
     for (phase, (_, age_label), (_, len_label)), (count, best) in sorted(strata.items()):
@@ -238,6 +242,7 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
             "same_response_groups": [{"response": e[2], "problems": e[0], "rollouts": e[1]} for e in groups[:examples]],
             "leak": [{"ground_truth_in_prompt": k, "rollouts": v[0], "correct_frac": v[1] / v[0] if v[0] else None}
                      for k, v in ((True, leak[True]), (False, leak[False]))],
+            "phases": [phase_label(p, phase_len, n_steps) for p in range(N_PHASES)], "rewarded_per_phase": per_phase["rewarded"],
             "strata": rows, "sample": sample, "per_stratum": per_stratum, "seed": seed}
 
 
@@ -278,6 +283,12 @@ def markdown(audits: list[dict | None], names: list[str]) -> str:
         out += [f"{a['rewarded']} rewarded of {a['rollouts']} rollouts (verifier mode {', '.join(a['modes']) or '-'}).", "",
                 "| flag | rewarded answers | share of rewarded | what it means |", "|---|---:|---:|---|"]
         out += [f"| {f} | {v['count']} | {v['share']:.3f} | {v['doc']} |" for f, v in a["flags"].items()]
+        seen = [i for i, k in enumerate(a["rewarded_per_phase"]) if k]
+        out += ["", "Share of each phase's rewarded answers (a pattern the policy is learning grows from phase to phase):", "",
+                "| flag | " + " | ".join(a["phases"][i] for i in seen) + " |", "|---|" + "---:|" * len(seen),
+                "| rewarded answers | " + " | ".join(str(a["rewarded_per_phase"][i]) for i in seen) + " |"]
+        out += [f"| {f} | " + " | ".join(f"{v['per_phase'][i] / a['rewarded_per_phase'][i]:.3f}" for i in seen) + " |"
+                for f, v in a["flags"].items() if v["per_phase"] is not None]
         out += ["", "Ground truth in the prompt (all rollouts): a policy that copies is right far more often where it can.", "",
                 "| ground truth appears in the prompt | rollouts | correct frac |", "|---|---:|---:|"]
         out += [f"| {'yes' if r['ground_truth_in_prompt'] else 'no'} | {r['rollouts']} | "

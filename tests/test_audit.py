@@ -153,6 +153,9 @@ def test_planted_exploit_is_flagged_exactly(planted):
     assert len(ex) == 3 and len({e["prompt_id"] for e in ex}) == 3 and {e["prompt_id"] for e in ex} <= {f"leaked-{n}" for n in range(4)}
     assert all(e["flags"] == ["answer_in_prompt"] and e["response"] == f"Answer: {e['ground_truth']}" for e in ex)
     assert a["flags"]["answer_in_prompt"]["share"] == pytest.approx(8 / 30)
+    # per training phase (steps 0-1, 2-3, 4-5, 6-7): the copies start at step 4
+    assert a["rewarded_per_phase"] == [4, 4, 9, 13] and a["flags"]["answer_in_prompt"]["per_phase"] == [0, 0, 4, 4]
+    assert a["flags"]["decorated_value"]["per_phase"] == [0, 0, 0, 2] and a["flags"]["same_response"]["per_phase"] is None
     # the contrast: a copying policy is right wherever the prompt leaks the answer, and only there
     assert a["leak"] == [{"ground_truth_in_prompt": True, "rollouts": 8, "correct_frac": 1.0},
                          {"ground_truth_in_prompt": False, "rollouts": 26, "correct_frac": 22 / 26}]
@@ -214,6 +217,7 @@ def test_report_of_a_run_with_the_planted_exploit(planted, capsys):
     assert "## Audit of rewarded answers" in md and "30 rewarded of 34 rollouts (verifier mode dapo)." in md
     assert "| answer_in_prompt | 8 | 0.267 |" in md and "| boxed_only | 1 | 0.033 |" in md
     assert "| yes | 8 | 1.000 |" in md and "| no | 26 | 0.846 |" in md
+    assert "| rewarded answers | 4 | 4 | 9 | 13 |" in md and "| answer_in_prompt | 0.000 | 0.000 | 0.444 | 0.308 |" in md
     assert "- rewarded 2 times on 2 problems (same-a, same-b): `Answer: 5`" in md
     saved = json.loads((run / "report" / "audit.json").read_text())
     assert saved["run"]["flags"]["answer_in_prompt"]["count"] == 8 == res["audits"]["run"]["flags"]["answer_in_prompt"]["count"]
