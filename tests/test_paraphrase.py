@@ -13,10 +13,8 @@ Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_paraphrase.py
 
 import json
 import os
-import random
 import re
 import sys
-from pathlib import Path
 
 import pytest
 
