@@ -95,6 +95,9 @@ class EvalConfig:
     trust_remote_code: bool = F(False, "run model code from the model directory (never taken from a saved config)")
     n_boot: int = F(2000, "bootstrap resamples of the problems for each interval")
     ci_level: float = F(0.95, "coverage of the bootstrap intervals")
+    paraphrases: str = F("", "also score paraphrases of the problems, same settings, and report the gap with a paired interval: "
+                              "'tiny' (tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
+                              "(paraphrase.py); '' = off")
     out: str = F("", "directory for report.json and report.md ('' = print only)")
 
 
@@ -519,6 +522,10 @@ def render_markdown(res: dict) -> str:
                    + (f"{r['greedy_correct']} | " if greedy else "")
                    + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
                    f"{_fmt(r['truncated_frac'])} | {reasons} |")
+    if "paraphrase" in res:
+        import paraphrase  # here, not at the top: paraphrase.py imports this file
+
+        out += paraphrase.markdown(res["paraphrase"])
     return "\n".join(out) + "\n"
 
 
@@ -532,7 +539,8 @@ def write_report(res: dict, out_dir: str | Path) -> None:
 def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
     """Paired comparison of two reports on the same problems: {"metrics": {name: paired_bootstrap}, "warnings"}.
 
-    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it.
+    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it; with
+    paraphrases in both (--paraphrases), also avg@k on them and the gap (paraphrase.compare).
 
     Raises:
         ValueError: the reports do not cover the same problem ids with the same k.
@@ -550,8 +558,12 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
             "verifier_version", "instruction")
     warnings = [f"{key} differs: A {a['settings'].get(key)!r}, B {b['settings'].get(key)!r}"
                 for key in keys if a["settings"].get(key) != b["settings"].get(key)]
-    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings,
-            "metrics": {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}}
+    metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}
+    if "paraphrase" in a and "paraphrase" in b:
+        import paraphrase  # here, not at the top: paraphrase.py imports this file
+
+        metrics.update(paraphrase.compare(a, b, n_boot=n_boot, level=level, seed=seed, warnings=warnings))
+    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings, "metrics": metrics}
 
 
 def compare_main(argv: list[str]) -> dict:
@@ -589,6 +601,8 @@ def main(argv: list[str] | None = None) -> dict | None:
         return compare_main(argv[1:])
     import torch
 
+    import paraphrase  # here, not at the top: paraphrase.py imports this file
+
     ecfg = parse_args(argv)
     torch.set_num_threads(ecfg.threads)
     model_dir = resolve_model(ecfg.model)
@@ -597,12 +611,16 @@ def main(argv: list[str] | None = None) -> dict | None:
     task = Task()
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
+    para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
                             top_p=ecfg.top_p, seed=ecfg.seed)
     res = evaluate(engine, tokenizer, data, params, settings, task, dist=dist, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
                    ci_level=ecfg.ci_level)
     res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
+    if para:  # the same settings (and seed) on the paraphrases
+        res["paraphrase"] = paraphrase.evaluate(engine, tokenizer, para, res, params, settings, task, dist=dist,
+                                                greedy=ecfg.greedy, n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
     if not dist.main:
         return None
     for m, v in res["metrics"].items():
@@ -611,6 +629,8 @@ def main(argv: list[str] | None = None) -> dict | None:
     print(json.dumps(res["settings"], indent=2))
     for d in paper_deviations(res["settings"]):
         print(f"differs from the paper's protocol: {d}")
+    if para:
+        print("\n".join(paraphrase.summary_lines(res["paraphrase"])))
     if ecfg.out:
         write_report(res, ecfg.out)
         print(f"wrote {ecfg.out}/report.json and report.md")

@@ -1,13 +1,14 @@
 """Reading a finished run: which of DAPO's four boundaries it crossed, plots, and report.md.
 
-    python report.py RUN_DIR                  # RUN_DIR/report: plots, report.md, diagnosis.json
+    python report.py RUN_DIR                  # RUN_DIR/report: plots, report.md, diagnosis.json, audit.json
     python report.py RUN_A RUN_B --out DIR    # two runs overlaid (an ablation)
 
 Input: what train.py wrote to a run directory (config.json, metrics.jsonl, rollouts.jsonl,
 summary.json; runlog.py). Output: PNG plots of the metrics and rollouts (a second run is
 overlaid, labelled by its directory name; the length heatmap and the stacked phase times get one
 panel per run), report.md (run identity, config differences, held-out before/after next to the
-resource envelope, length x correctness, rollout age) and diagnosis.json.
+resource envelope, length x correctness, rollout age, the audit of rewarded answers of audit.py),
+diagnosis.json and audit.json.
 
 `diagnose` names which of DAPO's four boundaries a run crossed (exploration, contrast, credit,
 reward) and the switch that addresses it; its thresholds are the constants of that section, each
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+import audit
 import plumbing
 import train  # Config defaults only, for the "config differences" table
+from audit import age_bucket  # rollout ages, shared with the audit
 
 
 def _fmt(x) -> str:
@@ -476,20 +479,6 @@ def length_correctness(rollouts: list[dict], budget: int) -> list[list]:
     return rows
 
 
-def age_bucket(age: int) -> tuple[int, str]:
-    """(sort key, label) of a rollout age in steps: 0, 1, 2-3, 4-7, ... (powers of two, any staleness).
-
-    Raises:
-        ValueError: age < 0 (a rollout trained on before it was generated: broken version records).
-    """
-    if age < 0:
-        raise ValueError(f"rollout age {age} < 0: learner_version < policy_version means a rollout was trained on before it existed")
-    if age == 0:
-        return 0, "0"
-    k = int(age).bit_length() - 1
-    return k + 1, str(2**k) if k == 0 else f"{2**k}-{2 ** (k + 1) - 1}"
-
-
 def age_slices(rollouts: list[dict]) -> list[list]:
     """Rows [age bucket, rollouts, reward mean, correct frac, mean length], age = learner_version - policy_version."""
     groups: dict[tuple, list] = {}
@@ -588,7 +577,8 @@ def render_run_report(runs: list[dict], names: list[str], findings: list[list[Fi
 
 
 def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dict:
-    """Plots, report.md and diagnosis.json for one run or two (overlaid). Returns {"out", "plots", "notes", "findings"}.
+    """Plots, report.md, diagnosis.json and audit.json (audit.py) for one run or two (overlaid).
+    Returns {"out", "plots", "notes", "findings", "audits"}.
 
     Raises:
         ValueError: not one or two run directories.
@@ -602,10 +592,12 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
     out.mkdir(parents=True, exist_ok=True)
     findings = [diagnose(r["metrics"], r["cfg"]) for r in runs]
     plots, notes = write_plots(runs, names, out)
-    (out / "report.md").write_text(render_run_report(runs, names, findings, plots, notes))
+    audits = [audit.audit_run(r) for r in runs]  # rewarded answers: flags and a stratified sample (audit.py)
+    (out / "report.md").write_text(render_run_report(runs, names, findings, plots, notes) + audit.markdown(audits, names))
+    (out / "audit.json").write_text(json.dumps(dict(zip(names, audits)), indent=2) + "\n")
     (out / "diagnosis.json").write_text(json.dumps({n: [dataclasses.asdict(f) for f in fs] for n, fs in zip(names, findings)},
                                                    indent=2) + "\n")
-    return {"out": out, "plots": plots, "notes": notes, "findings": dict(zip(names, findings))}
+    return {"out": out, "plots": plots, "notes": notes, "findings": dict(zip(names, findings)), "audits": dict(zip(names, audits))}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -624,7 +616,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"[{name}] " + ("healthy" if not fs else f"{len(fs)} finding(s)"))
         for f in fs:
             print(f"  {f.severity}: {f.boundary}: {f.message}\n    switch: {f.switch}")
-    print(f"wrote {res['out']}/report.md, diagnosis.json and {len(res['plots'])} plots")
+    for name, a in res["audits"].items():
+        print(f"[{name}] audit: " + ("no rollouts.jsonl" if a is None else f"{a['rewarded']} rewarded answers; flagged: "
+              + (", ".join(f"{f} {v['count']}" for f, v in a["flags"].items() if v["count"]) or "none")))
+    print(f"wrote {res['out']}/report.md, diagnosis.json, audit.json and {len(res['plots'])} plots")
     return res
 
 

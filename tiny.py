@@ -16,6 +16,8 @@ tokens per second on such a machine, so the default is a task and a model made f
     (`python tiny.py build`) until it follows the format but is often wrong. The result is shipped
     in assets/tiny-base/ so that every run starts from the same weights; rebuilding it is one
     command and takes about a minute.
+  * Paraphrases: `paraphrases` rewords a problem five ways with the same answer (other phrasings,
+    operands in words, an irrelevant sentence, the operands swapped), for `eval.py --paraphrases tiny`.
 
 The RL run then does the improving (README "Demo").
 """
@@ -27,6 +29,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import time
 from pathlib import Path
 
@@ -91,6 +94,70 @@ def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGIT
         misses = 0
         rows.append({"id": f"{TASK_VERSION}-{'test' if held_out else 'train'}-{len(rows)}", **p})
     return rows
+
+
+# --- paraphrases: the same problems in other words ----------------------------------------------------
+#
+# An evaluation of the trained model on rewordings with the same answers (eval.py --paraphrases tiny):
+# a rise in accuracy on "What is a+b?" that does not carry over to "Find the sum of a and b." is a
+# rise in the training prompt's format, not in addition. Every character is one of CHARS (the
+# tokenizer has no other, and would silently drop it); `paraphrases` checks that.
+
+_ONES = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen " \
+        "seventeen eighteen nineteen".split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ASIDES = ("The sky is blue and the grass is green.", "Read the question below with care.",
+           "This is a question about numbers.", "Some people like tea and some like coffee.")
+_PROBLEM = re.compile(r"What is ([0-9]+)\+([0-9]+)\?")
+
+
+def in_words(n: int) -> str:
+    """An integer 0..999 in English words: 347 -> "three hundred forty-seven".
+
+    Raises:
+        ValueError: n outside 0..999 (the tiny task's addends have at most 3 digits).
+    """
+    if not 0 <= n <= 999:
+        raise ValueError(f"in_words covers 0..999, got {n}")
+    hundreds, rest = divmod(n, 100)
+    parts = [f"{_ONES[hundreds]} hundred"] if hundreds else []
+    if rest or not parts:
+        parts.append(_ONES[rest] if rest < 20 else _TENS[rest // 10] + (f"-{_ONES[rest % 10]}" if rest % 10 else ""))
+    return " ".join(parts)
+
+
+PARAPHRASE_STYLES = {  # style: rewording of "What is a+b?" with the same answer a+b; (a, b, problem) -> text
+    "compute": lambda a, b, p: f"Compute {a}+{b}.",  # another phrasing
+    "words": lambda a, b, p: f"What is {in_words(a)} plus {in_words(b)}?",  # operands in words
+    "aside": lambda a, b, p: f"{_ASIDES[int(hashlib.sha256(p.encode()).hexdigest(), 16) % len(_ASIDES)]} {p}",  # irrelevant text
+    "sum": lambda a, b, p: f"Find the sum of {a} and {b}.",
+    "swap": lambda a, b, p: f"What is {b}+{a}?",  # the operands in the other order
+}
+
+
+def paraphrases(problem: str, k: int = len(PARAPHRASE_STYLES)) -> list[tuple[str, str]]:
+    """The first k rewordings of a tiny problem ("What is a+b?"), all with the answer a+b.
+
+    Returns [(style, text)] in PARAPHRASE_STYLES order: "compute", "words" (operands in words),
+    "aside" (a number-free irrelevant sentence before the question, chosen by a hash of the
+    problem), "sum", "swap". Deterministic: the same problem always gets the same texts.
+
+    Raises:
+        ValueError: not a tiny problem, k outside 1..len(PARAPHRASE_STYLES), or a character outside
+            CHARS (the tiny tokenizer would drop it without a word).
+    """
+    m = _PROBLEM.fullmatch(problem)
+    if not m:
+        raise ValueError(f"not a tiny problem (expected 'What is a+b?'): {problem!r}")
+    if not 1 <= k <= len(PARAPHRASE_STYLES):
+        raise ValueError(f"k must be 1..{len(PARAPHRASE_STYLES)} (the styles {list(PARAPHRASE_STYLES)}), got {k}")
+    a, b = int(m.group(1)), int(m.group(2))
+    out = [(style, make(a, b, problem)) for style, make in list(PARAPHRASE_STYLES.items())[:k]]
+    for style, text in out:
+        bad = sorted(set(text) - set(CHARS))
+        if bad:
+            raise ValueError(f"paraphrase style {style!r} of {problem!r} uses characters outside tiny.CHARS: {bad}")
+    return out
 
 
 # --- plumbing: tokenizer and model ------------------------------------------------------------------

@@ -172,6 +172,11 @@ def test_report_of_one_real_run(runs, capsys):
     n_rollouts = sum(1 for _ in open(runs[0] / "rollouts.jsonl"))
     assert f"| {runs[0].name} | 0 | {n_rollouts} |" in md  # age table: every rollout synchronous
     assert "| exploration | ENTROPY_REL_FLOOR |" in md
+    # the audit of rewarded answers (audit.py; its flags are tested on a planted exploit in tests/test_audit.py)
+    rows = [json.loads(line) for line in open(runs[0] / "rollouts.jsonl")]
+    audited = json.loads((out / "audit.json").read_text())[runs[0].name]
+    assert (audited["rollouts"], audited["rewarded"]) == (len(rows), sum(r["correct"] for r in rows))
+    assert f"{audited['rewarded']} rewarded of {len(rows)} rollouts (verifier mode dapo)." in md
     printed = capsys.readouterr().out
     fs = res["findings"][runs[0].name]
     assert f"[{runs[0].name}] " + ("healthy" if not fs else f"{len(fs)} finding(s)") in printed.splitlines()
@@ -205,6 +210,7 @@ def test_report_of_two_runs_overlays_them(runs, tmp_path):
     assert "| held-out set | 8 problems x k=2 | none |" in md
     assert set(res["findings"]) == {"dapo", "grpo"}
     assert set(json.loads((out / "diagnosis.json").read_text())) == {"dapo", "grpo"}
+    assert set(json.loads((out / "audit.json").read_text())) == {"dapo", "grpo"} and md.count("## Audit of rewarded answers") == 1
 
 
 def test_report_rejects_a_directory_that_is_not_a_run(tmp_path):
