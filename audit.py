@@ -31,7 +31,7 @@ FLAGS = {  # name: what it means; every flag is counted over rewarded answers on
     "answer_in_prompt": "the rewarded answer appears as a number in the prompt: copied from it, or the data leaks the answer",
     "same_response": "the same response text (whitespace collapsed) was rewarded on two or more different problems",
     "boxed_only": "no 'Answer:' marker: the verifier took the last \\boxed{} instead (verifier.py deviation 7)",
-    "several_markers": "two or more 'Answer:' markers: only the last one counted",
+    "several_markers": "two or more 'Answer:' markers (the dapo rule needs them all to state the same value)",
     "decorated_value": "the final 'Answer:' line holds more than the bare answer (markdown, LaTeX, units, words, "
                        "leading zeros, a period): the verifier peeled it",
     "disagrees_dapo": "the 'dapo' rule scores this rewarded answer wrong",

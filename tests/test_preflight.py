@@ -68,7 +68,7 @@ PROBLEMS = [Problem("p0", [{"role": "user", "content": "What is 12+30?"}], "42",
             Problem("p2", [{"role": "user", "content": "What is 3+4?"}], "7", bare=False)]
 CUT = "1+1=2\n" * 4  # 24 characters: the budget
 TEXTS = [["Answer: 42"] * 4,  # all right, 11 tokens each (10 characters + EOS)
-         ["Answer: 13", "x", "Answer: 12.", "Answer: 1\nAnswer: 12"],  # wrong; no answer; right (official: wrong); right, 2 markers
+         ["Answer: 13", "x", "Answer: 12.", "Answer: 12\nAnswer: 12"],  # wrong; no answer; right (official: wrong); right, 2 markers
          [CUT] * 3 + ["3+4=7"]]  # 3 truncated (no answer), one finished without an answer
 SAMPLES = [[sample(t, truncated=t == CUT) for t in g] for g in TEXTS]
 
@@ -90,13 +90,13 @@ def test_counts_of_scripted_answers():
     assert c["groups"] == {"prompts": 3, "all_correct": 1 / 3, "all_wrong": 1 / 3, "mixed": 1 / 3,
                            "dropped_by_dynamic_sampling": 2 / 3}
     ln = c["lengths"]
-    assert sorted(a["tokens"] for a in answers) == [2, 6, 11, 11, 11, 11, 11, 12, 21, 24, 24, 24]
+    assert sorted(a["tokens"] for a in answers) == [2, 6, 11, 11, 11, 11, 11, 12, 22, 24, 24, 24]
     assert (ln["min"], ln["median"], ln["max"], ln["budget"], ln["buffer"]) == (2, 11.0, 24, 24, 4)
     assert [(b["bin"], b["answers"], b["accuracy"]) for b in ln["bins"]] == [
         ("[0, 5)", 1, 0.0), ("[5, 10)", 1, 0.0), ("[10, 15)", 6, 5 / 6), ("[15, 20]", 0, None),
         ("overlong buffer (20, 24], punished", 1, 1.0), ("truncated (hit 24)", 3, 0.0)]
-    assert ln["punished_frac"] == pytest.approx(4 / 12)  # the 21-token answer (-0.25) and the 3 truncated ones (-1)
-    assert ln["mean_overlong_penalty"] == pytest.approx(-3.25 / 12)
+    assert ln["punished_frac"] == pytest.approx(4 / 12)  # the 22-token answer (-0.5) and the 3 truncated ones (-1)
+    assert ln["mean_overlong_penalty"] == pytest.approx(-3.5 / 12)
 
 
 def test_sheet_lists_disagreements_then_unusual_then_longest_then_one_per_prompt():
@@ -105,7 +105,7 @@ def test_sheet_lists_disagreements_then_unusual_then_longest_then_one_per_prompt
     listed = [(answers[i]["prompt_id"], answers[i]["response"], why) for i, why in sheet]
     assert listed == [
         ("p1", "Answer: 12.", ["modes disagree: dapo-official says wrong", "route decorated_value", "longest (12 tokens)"]),
-        ("p1", "Answer: 1\nAnswer: 12", ["route several_markers", "longest (21 tokens)"]),  # rarest first: 1 each
+        ("p1", "Answer: 12\nAnswer: 12", ["route several_markers", "longest (22 tokens)"]),  # rarest first: 1 each
         ("p1", "x", ["reason no_answer"]),  # 5 no_answer: after the routes
         ("p2", CUT, ["reason no_answer", "longest (24 tokens)"]),  # 3 identical answers: listed once
         ("p2", "3+4=7", ["reason no_answer"]),
