@@ -324,7 +324,8 @@ def _line_plot(runs, names, panels, path: Path, title: str) -> bool:
                             label=f"{name}: {label}" if len(runs) > 1 else label)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a panel whose metrics this run lacks stays empty, without a legend
+            ax.legend(fontsize=7, loc="best")
     axes[0, 0].set_title(title)
     axes[-1, 0].set_xlabel("rollout step")
     axes[-1, 0].xaxis.set_major_locator(MaxNLocator(integer=True))
