@@ -308,8 +308,10 @@ def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, st
     cfg = train.Config(**cfg_dict)
     plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
-    model = plumbing.load_model(cfg.model, torch.device("cpu"), trust_remote_code=cfg.trust_remote_code)
-    engine = plumbing.make_engine(cfg, model, tokenizer, torch.device("cpu"), 1, max(map(len, data.prompt_ids)), announce=False)
+    # the device of the learner's rank 0 (untested on GPUs: the project's CI has none)
+    device = torch.device("cuda:0" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
+    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
+    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False)
     stream = PromptStream(len(data), cfg.seed)
     stream.position = stream_position
     version = -1
