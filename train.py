@@ -25,7 +25,6 @@ paper and the official code: README "Departures from the paper and the official 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import hashlib
 import math
 import os
@@ -125,10 +124,14 @@ class Config:
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, --tis_cap); with --engine hf "
                                "this holds every step's logits during generation: off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
+    vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run one "
+                     "engine together (N must divide the number of processes) and generation work is split across "
+                     "these groups, not ranks")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
-                        "rank c % world. 0 = one per rank. Equal values give equal rollouts on any number of ranks: "
-                        "`python train.py --gen_shards N` reproduces `torchrun --nproc_per_node=N train.py`")
+                        "engine group c % groups (groups = processes / vllm_tp). 0 = one per group. Equal values give "
+                        "equal rollouts on any number of ranks: `python train.py --gen_shards N` reproduces "
+                        "`torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
     activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
     cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
@@ -236,6 +239,9 @@ def validate_config(cfg: Config) -> None:
             f"of --mini_batch_size {cfg.mini_batch_size}, itself a multiple of --group_size {cfg.group_size}"
         )
     world = int(os.environ.get("WORLD_SIZE", "1"))
+    plumbing.engine_groups(world, cfg.vllm_tp)  # --vllm_tp must divide the number of processes
+    if cfg.vllm_tp > 1 and cfg.engine == "hf":
+        raise ValueError(f"--vllm_tp {cfg.vllm_tp} needs --engine vllm")
     if (cfg.mini_batch_size // cfg.group_size) % world or cfg.prompts_per_step % world:
         raise ValueError(
             f"with {world} processes, --prompts_per_step ({cfg.prompts_per_step}) and the groups per mini-batch "
@@ -269,6 +275,8 @@ class Group:
     kept: bool = False
     seed: int = 0  # seed of the generation request that produced the group
     policy_version: int = 0  # weight version that generated it (= the rollout step it was generated in)
+    gen_shard: int = 0  # prompt shard of its round (the seed is derived from it)
+    gen_group: int = 0  # engine group that generated it (= rank with one engine per process)
 
 
 def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], cfg: Config, task: Task, tokenizer, *,
@@ -318,16 +326,20 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
-    (seed, step, round, c) on rank c % world, so the same run on 1 or N processes draws the same
-    rollouts (for equal gen_shards). Every rank receives every group (all_gather), so all ranks
-    make the same keep/stop decision and no collective can hang (docs/PITFALLS.md, failure 3).
+    (seed, step, round, c) by engine group c % groups (a group: one rank, or the `engine.tp` ranks
+    of one tensor-parallel vLLM engine, which all submit it), so the same run on 1 or N processes
+    draws the same rollouts (for equal gen_shards). Every rank receives every group, each once
+    (plumbing.gather_engine_shards), so all ranks make the same keep/stop decision and no
+    collective can hang (docs/PITFALLS.md, failures 3 and 13).
 
     Bounded staleness: the official code throws away kept groups beyond the batch. With
     cfg.max_rollout_age > 0 they go to `buffer` instead (changed in place), and later steps train
     on them first while their age (this step - the step that generated them) is at most
     max_rollout_age.
 
-    Raises plumbing.RunStopped: the round budget ran out under --on_exhausted error.
+    Raises:
+        plumbing.RunStopped: the round budget ran out under --on_exhausted error.
+        plumbing.GroupMismatchError: the ranks of one engine group drew different tokens.
     """
     fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
     expired = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
@@ -335,7 +347,8 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     buffer[:] = fresh[cfg.prompts_per_step :]
     generated, stats, rounds = [], {"time/score": 0.0, "time/generate": 0.0}, 0
     params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
-    n_shards = cfg.gen_shards or dist.world
+    n_groups, my_group = dist.world // engine.tp, dist.rank // engine.tp
+    n_shards = cfg.gen_shards or n_groups
     while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
         rnd, rounds = rounds, rounds + 1
         # Without dynamic sampling (and no buffer to keep surplus) generate only what is trained.
@@ -345,19 +358,19 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
         idx = stream.take(wanted)  # (same on every rank)
         per = math.ceil(len(idx) / n_shards)
         local = []
-        for c in range(dist.rank, n_shards, dist.world):  # shard c on rank c % world
+        for c in range(my_group, n_shards, n_groups):  # shard c on engine group c % groups
             shard = idx[c * per : (c + 1) * per]
             seed = request_seed(cfg.seed, step, rnd, c)
             samples, wall = rollout.timed_generate(engine, [data.prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
             local.append((c, seed, wall, shard, samples))
         t0 = time.perf_counter()
-        shards = sorted((x for part in plumbing.all_gather_objects(local, dist) for x in part), key=lambda x: x[0])
+        shards = plumbing.gather_engine_shards(local, dist, engine.tp)  # one copy of each, ranks of a group checked
         round_groups = []
         for c, seed, wall, shard, samples in shards:
             for i, s in zip(shard, samples):
                 g = score_group(data.problems[i], data.prompt_ids[i], s, cfg, task, tokenizer, gen_round=rnd, gen_wall_s=wall,
                                 group_id=f"{step}-{rnd}-{len(round_groups)}")
-                g.seed, g.policy_version = seed, step
+                g.seed, g.policy_version, g.gen_shard, g.gen_group = seed, step, c, c % n_groups
                 round_groups.append(g)
         stats["time/score"] += time.perf_counter() - t0
         stats["time/generate"] += max(x[2] for x in shards)
@@ -569,7 +582,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                                 held_out, task.template_hash(tokenizer, cfg), dist, device)
     stream, buffer, state = PromptStream(len(data), cfg.seed), [], {"nonfinite_in_a_row": 0}
     if resumed:  # the data position, the staleness buffer and the loop's counters of the checkpoint
-        stream.position, buffer, state = resumed["stream_position"], [group_from_json(d) for d in resumed["buffer"]], resumed["state"]
+        stream.position, state = resumed["stream_position"], resumed["state"]
+        buffer = [runlog.group_from_json(d, Group) for d in resumed["buffer"]]
 
     if "heldout_before" not in state:  # a resumed run keeps its first evaluation
         state["heldout_before"] = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
@@ -599,7 +613,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             scheduler.step()
         # --- DAPO 7: hand the new weights to the engine; rollouts of step + 1 come from them
         engine.wake()
-        stats["time/weight_sync"] = rollout.sync_engine(engine, model, step + 1, dist.world)
+        stats |= rollout.sync_engine(engine, model, step + 1, dist.world)  # streamed, then checked (vLLM)
         run.end_step(step, stats, rollouts, advantages, buffer, probe_records)
         if state["nonfinite_in_a_row"] >= cfg.max_nonfinite_steps:
             raise plumbing.RunStopped(f"{state['nonfinite_in_a_row']} rollout steps in a row had only non-finite gradients "
@@ -607,7 +621,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                                       "or raise --max_nonfinite_steps")
         if run.checkpoint_due(step):  # --save_every, the last step, the time budget, SIGINT/SIGTERM
             run.save_checkpoint(step + 1, model, optimizer, scheduler, {
-                "state": state, "stream_position": stream.position, "buffer": [group_to_json(g) for g in buffer]})
+                "state": state, "stream_position": stream.position, "buffer": [runlog.group_to_json(g) for g in buffer]})
         if run.interrupted:
             return run.stop(step)
     after = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
@@ -632,31 +646,21 @@ def make_optimizer(model, cfg: Config):
 
 
 def make_engine(cfg: Config, model, tokenizer, dist: Dist, device, data: Dataset, held_out: Dataset | None):
-    """The generation engine (rollout.make_engine), holding the longest prompt plus the response budget."""
-    longest = max(map(len, data.prompt_ids + (held_out.prompt_ids if held_out else [])))
-    model_dir = cfg.model or str(plumbing.DEFAULT_MODEL)
-    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
-                                 max_model_len=plumbing.engine_max_len(cfg.model, longest + cfg.max_response_len),
-                                 world=dist.world, sampler_logprobs=cfg.sampler_logprobs, max_batch=cfg.engine_max_batch,
-                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization)
+    """The generation engine (rollout.make_engine) holding the longest prompt plus the response budget, synced to
+    the trainer's weights; vLLM runs in bf16 on GPU with --bf16, else in float32, and is checked after every sync
+    on the first training prompt followed by its reference answer (rollout.sync_engine)."""
+    max_len = plumbing.engine_max_len(cfg.model, max(map(len, data.prompt_ids + (held_out.prompt_ids if held_out else [])))
+                                      + cfg.max_response_len)
+    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(plumbing.DEFAULT_MODEL),
+                                 device=device, seed=cfg.seed, max_model_len=max_len, world=dist.world,
+                                 sampler_logprobs=cfg.sampler_logprobs, max_batch=cfg.engine_max_batch,
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, tp=cfg.vllm_tp,
+                                 dtype="bfloat16" if device.type == "cuda" and cfg.bf16 else "float32")
+    if not engine.shares_module:
+        answer = tokenizer.encode(data.problems[0].answer, add_special_tokens=False)
+        engine.sync_probe = rollout.sync_probe(data.prompt_ids[0], answer, max_len)
     rollout.sync_engine(engine, model, 0, dist.world)  # start from the trainer's weights, whatever the directory holds
     return engine
-
-
-def group_to_json(g: Group) -> dict:
-    """A buffered group as JSON, for a checkpoint."""
-    return {"problem": dataclasses.asdict(g.problem), "prompt_ids": g.prompt_ids,
-            "samples": [dataclasses.asdict(s) for s in g.samples], "scores": [dataclasses.asdict(sc) for sc in g.scores],
-            "reward_overlong": g.reward_overlong.tolist(), "reward": g.reward.tolist(), "correct": g.correct.tolist(),
-            "gen_round": g.gen_round, "gen_wall_s": g.gen_wall_s, "group_id": g.group_id, "kept": g.kept,
-            "seed": g.seed, "policy_version": g.policy_version}
-
-
-def group_from_json(d: dict) -> Group:
-    return Group(Problem(**d["problem"]), d["prompt_ids"], [Sample(**s) for s in d["samples"]],
-                 [verifier.Score(**sc) for sc in d["scores"]], torch.tensor(d["reward_overlong"]), torch.tensor(d["reward"]),
-                 torch.tensor(d["correct"]), d["gen_round"], d["gen_wall_s"], d["group_id"], d["kept"], d["seed"],
-                 d["policy_version"])
 
 
 def main(argv: list[str] | None = None) -> dict:

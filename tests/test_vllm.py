@@ -1,4 +1,4 @@
-"""Tests of rollout.VLLMEngine: vLLM behind the Engine interface, on the tiny model, on CPU.
+"""Tests of vllm_engine.VLLMEngine: vLLM behind the Engine interface, on the tiny model, on CPU.
 
 Skipped as a whole when `import vllm` fails (the main environment does not install vLLM; the
 README says how to make the vLLM one). What is checked, each against the trainer itself:
@@ -38,7 +38,8 @@ import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
 import train  # noqa: E402
-from rollout import SamplingParams, VLLMEngine, WeightSyncError  # noqa: E402
+from rollout import SamplingParams  # noqa: E402
+from vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
 
 torch.set_num_threads(1)
 MAX_MODEL_LEN = 256
