@@ -4,6 +4,7 @@
     python eval.py --model runs/default --data tiny --k 4 --out runs/default/eval
     python eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --verifier dapo-official --out OUT
     torchrun --nproc_per_node=8 eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --out OUT
+    torchrun --nproc_per_node=8 eval.py --engine vllm --vllm_tp 8 --model DIR --data ... --out OUT   # one 8-GPU engine
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.

@@ -71,6 +71,7 @@ class Engine:
             group must submit identical requests; callers split work over groups, not ranks.
         sync_probe: (prompt ids, response ids) that sync_engine scores on both sides after every
             sync (engines that do not share the module), or None for no check.
+        sync_atol: the largest probe gap sync_engine accepts (a negative value: record it only).
     """
 
     name = "abstract"
@@ -79,6 +80,7 @@ class Engine:
     shares_module = False
     tp = 1
     sync_probe: tuple[list[int], list[int]] | None = None
+    sync_atol = 1e-4
 
     def __init__(self) -> None:
         self.policy_version = 0
@@ -388,7 +390,7 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
     Returns {"time/weight_sync": seconds} plus "sync/logprob_gap" (max |engine - trainer|
     log-prob over the probe, all ranks) when checked.
 
-    Raises vllm_engine.WeightSyncError: the gap exceeds the engine's sync_atol on some rank.
+    Raises vllm_engine.WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
     """
     if engine.shares_module:
         return {"time/weight_sync": engine.sync_weights(model, policy_version)}
@@ -404,7 +406,7 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
             t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
             gap = float(t.item())
-        if not gap <= engine.sync_atol:
+        if engine.sync_atol >= 0 and not gap <= engine.sync_atol:  # a negative tolerance only records the gap
             raise WeightSyncError(f"after the sync to policy_version {policy_version} the engine's log-probs differ from "
                                   f"the trainer's by {gap:.3g} > {engine.sync_atol:g} (worst rank): the weights did not "
                                   "reach the engine (names, dtype, or a partial sync)")

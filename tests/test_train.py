@@ -268,7 +268,13 @@ def test_bad_dataset_rows_are_named(tmp_path):
         Task().read(str(tmp_path / "missing.jsonl"), cfg, held_out=False)
 
 
-def test_config_rejects_inconsistent_settings():
+def test_config_rejects_inconsistent_settings(monkeypatch):
+    with pytest.raises(ValueError, match=r"--vllm_tp 2 must be >= 1 and divide the number of processes \(1\)"):
+        train.parse_config(["--engine", "vllm", "--vllm_tp", "2"])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="--vllm_tp 2 needs --engine vllm"):
+        train.parse_config(["--vllm_tp", "2", "--prompts_per_step", "16", "--mini_batch_size", "64"])
+    monkeypatch.delenv("WORLD_SIZE")
     with pytest.raises(ValueError, match="loss_agg"):
         train.parse_config(["--loss_agg", "mean"])
     with pytest.raises(ValueError, match="eps_low"):

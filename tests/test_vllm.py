@@ -172,6 +172,34 @@ def test_sync_follows_new_weights_and_skipped_sync_is_caught(engine, policy, pro
     assert engine.check_sync(model, probe_prompt, probe_resp) < 1e-4
 
 
+def test_sync_engine_streams_then_checks_and_stops_on_a_stale_engine(engine, policy, prompts, monkeypatch):
+    """rollout.sync_engine (what the loop calls after every step): the weights are streamed one
+    tensor at a time, the probe's gap is recorded, and an engine that did not take the weights
+    (sync_weights skipped, or a tensor left out of the stream) stops the run."""
+    model = policy[0]
+    step1 = _perturbed(model, seed=3)
+    engine.sync_probe = (prompts[0], prompts[1])  # any fixed token sequence will do
+    try:
+        out = rollout.sync_engine(engine, step1, 1)
+        assert out["sync/logprob_gap"] < 1e-4 and out["time/weight_sync"] > 0 and engine.policy_version == 1
+        real_stream = rollout.stream_weights
+        monkeypatch.setattr(rollout, "stream_weights",
+                            lambda m, dtype=None: ((k, v) for k, v in real_stream(m, dtype) if k != "lm_head.weight"))
+        with pytest.raises(WeightSyncError, match="did not reach the engine"):  # tied head left out: 1e-3 off
+            rollout.sync_engine(engine, model, 2)
+        monkeypatch.setattr(rollout, "stream_weights", real_stream)
+        monkeypatch.setattr(engine, "sync_weights", lambda m, v: 0.0)  # a skipped sync
+        with pytest.raises(WeightSyncError, match="did not reach the engine"):
+            rollout.sync_engine(engine, model, 2)
+        monkeypatch.setattr(engine, "sync_atol", -1.0)  # record only
+        assert rollout.sync_engine(engine, model, 2)["sync/logprob_gap"] > 1e-3
+    finally:
+        monkeypatch.undo()
+        engine.sync_probe = None
+        engine.sync_weights(model, policy_version=0)  # the other tests use the base weights
+    assert engine.check_sync(model, prompts[0], prompts[1]) < 1e-4
+
+
 def test_sync_rejects_what_is_not_a_full_state_dict(engine):
     with pytest.raises(TypeError, match="state dict"):
         engine.sync_weights({}, policy_version=1)
