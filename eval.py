@@ -296,12 +296,13 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     if greedy:
         greedy_samples, greedy_s = rollout.timed_generate(engine, prompts, dataclasses.replace(params, n=1, temperature=0.0))
     records = []
-    for p, group, g in list(zip(mine, samples, greedy_samples))[:n_real]:  # padding dropped (see `shard`)
+    scored = n_real if dist.rank % tp == 0 else 0  # a group's other ranks hold copies: scored once, by its first rank
+    for p, group, g in list(zip(mine, samples, greedy_samples))[:scored]:  # padding dropped (see `shard`)
         greedy_scored = None if g is None else (g, _score(p, g, tokenizer, cfg, task)[1])
         texts, scores = _score(p, group, tokenizer, cfg, task)
         records.append(_problem_record(p, group, scores, greedy_scored, texts if keep_samples else None))
     parts = plumbing.all_gather_objects((records, gen_s, greedy_s), dist)
-    records = unshard([part[0] for part in parts[::tp]], n_groups)  # each group's first rank
+    records = unshard([part[0] for part in parts[::tp]], n_groups)
 
     metrics, ci = summarize(records, n_boot=n_boot, ci_level=ci_level, seed=seed)
     gen_s = max(part[1] for part in parts)  # the slowest rank's wall time
