@@ -4,6 +4,7 @@
     python eval.py --model runs/default --data tiny --k 4 --out runs/default/eval
     python eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --verifier dapo-official --out OUT
     torchrun --nproc_per_node=8 eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --out OUT
+    torchrun --nproc_per_node=8 eval.py --engine vllm --vllm_tp 8 --model DIR --data ... --out OUT   # one 8-GPU engine
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.
@@ -33,8 +34,9 @@ How this file departs from the paper's evaluation (each is recorded in the repor
   2. Problems are deduplicated by id and k samples drawn per problem, instead of one sample per
      repeated row; for the official AIME file (32 rows per id) and k = 32 the estimator is the same.
   3. pass@j, maj@k, greedy pass@1 and the intervals are additions; the paper reports avg@32 only.
-  4. Under torchrun rank r generates problems r::world with its own seed (`rank_seed`), so the
-     drawn samples depend on the number of processes (not on anything else).
+  4. Under torchrun engine group g generates problems g::groups with its own seed (`rank_seed`;
+     a group is one rank, or --vllm_tp ranks sharing one tensor-parallel vLLM engine), so the
+     drawn samples depend on the number of groups (not on anything else).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ class EvalConfig:
     seed: int = F(0, "seeds the sampler (per rank, see rank_seed) and the bootstrap")
     greedy: bool = F(True, "also decode greedily (temperature 0) for greedy_pass@1")
     engine: str = F("hf", "hf | vllm | auto (vllm when `import vllm` works, else hf): the same rule and default as train.py")
+    vllm_tp: int = F(1, "--engine vllm under torchrun: N consecutive ranks run one tensor-parallel engine; problems are "
+                     "split across these groups (as train.py --vllm_tp)")
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")
     device: str = F("auto", "auto | cpu | cuda (hf engine)")
     threads: int = F(1, "torch CPU threads (1: one thread per process is fastest on a shared CPU)")
@@ -261,12 +265,14 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         tokenizer: the policy's tokenizer (decodes responses for the verifier).
         data: problems and their prompt token ids (task.Task.load), one per distinct problem.
         params: k = params.n samples per problem, the response budget, temperature, top_p; its
-            seed is the sampler seed (per rank, see `rank_seed`) and the bootstrap seed.
+            seed is the sampler seed (per engine group, see `rank_seed`) and the bootstrap seed.
         cfg: what the task reads (verifier, instruction, ...) and `model`, `max_prompt_len`
             for the report's settings: a train.Config, or eval.py's ModelSettings.
         task: the task whose `score` judges each response (the same as in training).
-        dist: this process's place under torchrun; every rank must call with the same data,
-            generates its `shard`, and receives all results (all_gather).
+        dist: this process's place under torchrun; every rank must call with the same data and
+            receives all results (all_gather). Engine group g (ranks [g*tp, (g+1)*tp) with
+            tp = engine.tp) generates its `shard` of the problems; only its first rank's results
+            are kept.
         greedy: also decode greedily once per problem (greedy_pass@1).
         keep_samples: keep each sample's text and verdict in per_problem[i]["samples"].
 
@@ -281,22 +287,25 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     k = params.n
     if not len(data) or k < 1:
         raise ValueError(f"evaluate needs problems and k >= 1, got {len(data)} problems and k={k}")
-    idx, n_real = shard(len(data), dist.rank, dist.world)
+    tp = engine.tp
+    n_groups, my_group = dist.world // tp, dist.rank // tp
+    idx, n_real = shard(len(data), my_group, n_groups)
     mine = [data.problems[i] for i in idx]
     prompts = [data.prompt_ids[i] for i in idx]  # (P_rank,) lists of token ids, tokenised once
-    seed = params.seed  # the bootstrap's seed, and the sampler's on one process
-    params = dataclasses.replace(params, seed=rank_seed(seed, dist.rank, dist.world))
+    seed = params.seed  # the bootstrap's seed, and the sampler's with one engine group
+    params = dataclasses.replace(params, seed=rank_seed(seed, my_group, n_groups))
     samples, gen_s = rollout.timed_generate(engine, prompts, params)  # (P_rank, k) Samples
     greedy_samples, greedy_s = [None] * len(mine), 0.0
     if greedy:
         greedy_samples, greedy_s = rollout.timed_generate(engine, prompts, dataclasses.replace(params, n=1, temperature=0.0))
     records = []
-    for p, group, g in list(zip(mine, samples, greedy_samples))[:n_real]:  # padding dropped (see `shard`)
+    scored = n_real if dist.rank % tp == 0 else 0  # a group's other ranks hold copies: scored once, by its first rank
+    for p, group, g in list(zip(mine, samples, greedy_samples))[:scored]:  # padding dropped (see `shard`)
         greedy_scored = None if g is None else (g, _score(p, g, tokenizer, cfg, task)[1])
         texts, scores = _score(p, group, tokenizer, cfg, task)
         records.append(_problem_record(p, group, scores, greedy_scored, texts if keep_samples else None))
     parts = plumbing.all_gather_objects((records, gen_s, greedy_s), dist)
-    records = unshard([part[0] for part in parts], dist.world)
+    records = unshard([part[0] for part in parts[::tp]], n_groups)
 
     metrics, ci = summarize(records, n_boot=n_boot, ci_level=ci_level, seed=seed)
     gen_s = max(part[1] for part in parts)  # the slowest rank's wall time
@@ -309,7 +318,8 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "max_new_tokens": params.max_new_tokens, "max_prompt_len": cfg.max_prompt_len, "instruction": cfg.instruction,
         "template_hash": task.template_hash(tokenizer, cfg), "verifier": cfg.verifier,
         "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "engine_seeded": engine.seeded,
-        "greedy": greedy, "world_size": dist.world, "n_boot": n_boot, "ci_level": ci_level, "commit": repo_commit(),
+        "greedy": greedy, "world_size": dist.world, "engine_groups": n_groups, "n_boot": n_boot, "ci_level": ci_level,
+        "commit": repo_commit(),
         "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
         "maj_tie_rule": MAJ_TIE_RULE,
     }
@@ -474,13 +484,13 @@ def resolve_data(spec: str) -> str:
                             "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
 
 
-def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device):
+def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device, world: int = 1):
     """(engine, tokenizer) for --engine (rollout.resolve_engine: the same rule as train.py).
 
     hf loads the model here; vllm loads it inside the engine, holding the prompt + response budget
-    in tokens, capped at the model's position limit. Neither engine applies the sampling fields
-    of the model's generation_config.json (answers are sampled at --temperature and --top_p only);
-    the ignored fields are named on stderr.
+    in tokens, capped at the model's position limit, tensor-parallel over --vllm_tp consecutive
+    ranks. Neither engine applies the sampling fields of the model's generation_config.json
+    (answers are sampled at --temperature and --top_p only); the ignored fields are named on stderr.
     """
     name = rollout.resolve_engine(name)
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
@@ -488,7 +498,7 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
     engine = rollout.make_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
-                                 top_p=ecfg.top_p, sampler_logprobs=False)
+                                 top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world)
     return engine, tokenizer
 
 
@@ -553,11 +563,13 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
     sa, sb = problem_scores(a["per_problem"]), problem_scores([b["per_problem"][order[pid]] for pid in ids_a])
     k = a["settings"]["k"]
     names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1") if m in sa and m in sb]
-    # Differences that change what was measured, or which samples were drawn (seed, world_size).
-    keys = ("dataset_hash", "temperature", "top_p", "max_new_tokens", "seed", "world_size", "verifier",
+    # Differences that change what was measured, or which samples were drawn (seed, engine groups;
+    # a report older than --vllm_tp had one group per process).
+    keys = ("dataset_hash", "temperature", "top_p", "max_new_tokens", "seed", "engine_groups", "verifier",
             "verifier_version", "instruction")
-    warnings = [f"{key} differs: A {a['settings'].get(key)!r}, B {b['settings'].get(key)!r}"
-                for key in keys if a["settings"].get(key) != b["settings"].get(key)]
+    get = lambda s, key: s.get(key, s.get("world_size")) if key == "engine_groups" else s.get(key)  # noqa: E731
+    warnings = [f"{key} differs: A {get(a['settings'], key)!r}, B {get(b['settings'], key)!r}"
+                for key in keys if get(a["settings"], key) != get(b["settings"], key)]
     metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}
     if "paraphrase" in a and "paraphrase" in b:
         import paraphrase  # here, not at the top: paraphrase.py imports this file
@@ -608,15 +620,20 @@ def main(argv: list[str] | None = None) -> dict | None:
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
     dist, device = plumbing.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`
+    plumbing.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
     task = Task()
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
-    engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device)
+    engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
                             top_p=ecfg.top_p, seed=ecfg.seed)
-    res = evaluate(engine, tokenizer, data, params, settings, task, dist=dist, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
-                   ci_level=ecfg.ci_level)
+    try:
+        res = evaluate(engine, tokenizer, data, params, settings, task, dist=dist, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
+                       ci_level=ecfg.ci_level)
+    finally:  # the engine first: its shutdown needs the process group, which goes last
+        engine.close()
+        plumbing.close_distributed(dist)
     res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
     if para:  # the same settings (and seed) on the paraphrases
         res["paraphrase"] = paraphrase.evaluate(engine, tokenizer, para, res, params, settings, task, dist=dist,

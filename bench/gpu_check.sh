@@ -27,19 +27,44 @@ PY
 echo "model: $MODEL"
 # 2. vLLM log-prob parity and weight sync with vLLM on the GPU (the trainer side of these tests runs on CPU)
 python -m pytest -q tests/test_vllm.py 2>&1 | tail -5 || true
-# 3. a few timed steps of the real loop: 1 process, then the transformers engine, then vLLM
+# 3. a few timed steps of the real loop, 1 process: the transformers engine, then vLLM
 COMMON="--model $MODEL --data tests/fixtures/dapo_math_17k_64.parquet --eval_data= --steps 3
         --group_size 8 --prompts_per_step 8 --gen_prompts_per_round 8 --mini_batch_size 32 --micro_batch_size 8
         --max_response_len 512 --overlong_buffer 128 --dynamic_sampling false --prompt_truncation left
         --max_prompt_len 1024 --lr 1e-6"
-for ENGINE in hf vllm; do
-  torchrun --nproc_per_node=1 train.py $COMMON --engine $ENGINE --run_dir "$OUT/$ENGINE" 2>&1 | tail -3 || true
-  python - "$OUT/$ENGINE/metrics.jsonl" "$ENGINE" <<'PY'
+summary() {  # metrics of a run: summary RUN_DIR LABEL
+  python - "$1/metrics.jsonl" "$2" <<'PY'
 import json, sys, statistics as st
 rows = [json.loads(l) for l in open(sys.argv[1])]
 for k in ("time/generate", "time/update", "time/weight_sync", "time/step", "perf/generated_tokens_per_s", "memory/peak_gb",
-          "sampler/logprob_absdiff_mean", "sampler/logprob_absdiff_max", "policy/entropy"):
+          "sampler/logprob_absdiff_mean", "sampler/logprob_absdiff_max", "sync/logprob_gap", "policy/entropy"):
     vals = [r[k] for r in rows if r.get(k) is not None]
-    print(f"{sys.argv[2]:5s} {k:32s} median {st.median(vals):.4g}" if vals else f"{sys.argv[2]:5s} {k:32s} -")
+    print(f"{sys.argv[2]:9s} {k:32s} median {st.median(vals):.4g}" if vals else f"{sys.argv[2]:9s} {k:32s} -")
 PY
+}
+for ENGINE in hf vllm; do
+  torchrun --nproc_per_node=1 train.py $COMMON --gen_shards 1 --engine $ENGINE --run_dir "$OUT/$ENGINE" 2>&1 | tail -3 || true
+  summary "$OUT/$ENGINE" "$ENGINE"
 done
+# 4. vLLM tensor parallelism inside the job (--vllm_tp 2): 2 processes, one engine over both GPUs,
+#    FSDP2 trainer, weights streamed one parameter at a time, the sync check on both ranks. Same
+#    --gen_shards as the 1-process vLLM run above, so both sample the same prompts with the same
+#    seeds; on GPU (bf16 kernels, other reduction orders) the tokens may differ, so the share of
+#    identical responses is printed, not required. The run must end without a traceback.
+NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+if [ "$NGPU" -ge 2 ]; then
+  torchrun --standalone --nproc_per_node=2 train.py $COMMON --gen_shards 1 --engine vllm --vllm_tp 2 \
+      --run_dir "$OUT/vllm-tp2" > "$OUT/vllm-tp2.log" 2>&1 || echo "vllm-tp2 FAILED (exit $?)"
+  tail -3 "$OUT/vllm-tp2.log"
+  echo "tracebacks in the TP-2 run's output: $(grep -c Traceback "$OUT/vllm-tp2.log" || true)"
+  summary "$OUT/vllm-tp2" "vllm-tp2"
+  python - "$OUT/vllm/rollouts.jsonl" "$OUT/vllm-tp2/rollouts.jsonl" <<'PY'
+import json, sys
+a, b = ([json.loads(l) for l in open(p)] for p in sys.argv[1:3])
+same = sum(x["response"] == y["response"] for x, y in zip(a, b))
+print(f"TP 2 vs TP 1: {len(a)} and {len(b)} rollouts, {same} identical responses; seeds equal: "
+      f"{[x['seed'] for x in a] == [y['seed'] for y in b]}")
+PY
+else
+  echo "4. --vllm_tp 2 skipped: it needs 2 GPUs, found $NGPU"
+fi

@@ -55,3 +55,54 @@ def test_two_ranks_equal_one_rank(tmp_path):
     assert "model.embed_tokens.weight" in shared
     assert max((w1[k] - base[k]).abs().max().item() for k in shared) > 1e-5  # the steps moved the weights
     assert max((w1[k] - w2[k]).abs().max().item() for k in shared) <= 1e-5
+
+
+# --- tensor-parallel engine groups: the request check, without vLLM ------------------------------------
+
+GROUP_CHECK = r'''
+import json, os, sys, types
+import torch.distributed as dist
+import plumbing
+from rollout import SamplingParams
+from vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+engine = types.SimpleNamespace(group=plumbing.new_engine_group(2))  # the check reads only the engine's group
+out = {"ranks": dist.get_process_group_ranks(engine.group)}
+cases = {  # (prompts, seed) per rank; only group [0, 1] is given different requests
+    "same": ([[5, 6, 7], [8]], 11),
+    "seed": ([[5, 6, 7], [8]], 11 + (rank == 1)),
+    "prompts": ([[5, 6, 7], [8 + (rank == 1)]], 11),
+}
+for name, (prompts, seed) in cases.items():
+    try:
+        VLLMEngine._same_request_in_group(engine, "generate", prompts, SamplingParams(n=2, max_new_tokens=4, seed=seed))
+        out[name] = "accepted"
+    except plumbing.GroupMismatchError as e:
+        out[name] = str(e)
+with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
+    json.dump(out, f)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun test runs on Linux")
+def test_engine_group_refuses_different_seeds_or_prompts(tmp_path):
+    """4 gloo ranks in two engine groups ([0, 1], [2, 3]): the request check a tensor-parallel engine
+    runs before every generate accepts identical requests, and raises on every rank of a group
+    whose ranks were given a different seed or different prompts, leaving the other group alone."""
+    script = tmp_path / "group_check.py"
+    script.write_text(GROUP_CHECK)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29632",
+                          str(script), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]
+    assert [r["ranks"] for r in res] == [[0, 1], [0, 1], [2, 3], [2, 3]]
+    assert all(r["same"] == "accepted" for r in res)
+    for r in res[:2]:  # both ranks of the group raise, so neither generates or waits on the other
+        assert r["seed"].startswith("the ranks of one vLLM tensor-parallel engine were given different generate requests")
+        assert "rank 0: (11," in r["seed"] and "rank 1: (12," in r["seed"]
+        assert "rank 0: (11," in r["prompts"] and "rank 1: (11," in r["prompts"] and "accepted" not in r["prompts"]
+    assert all(r["seed"] == r["prompts"] == "accepted" for r in res[2:])

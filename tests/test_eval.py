@@ -171,10 +171,11 @@ class ScriptedEngine(rollout.Engine):
 
     def __init__(self, script):
         super().__init__()
-        self.script, self.prompts_seen = script, 0
+        self.script, self.prompts_seen, self.requests = script, 0, []
 
     def generate(self, prompts, params):
         self.prompts_seen += len(prompts)
+        self.requests.append((params.seed, params.temperature, [list(p) for p in prompts]))
         out = []
         for p in prompts:
             sampled, greedy = self.script["".join(map(chr, p))]
@@ -223,9 +224,10 @@ def test_evaluate_hand_computed_metrics():
     assert [r["greedy_correct"] for r in g["per_problem"]] == [True, False, False]
 
 
-@pytest.mark.parametrize("world", [2, 3, 4])
-def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
-    """2-4 simulated ranks (threads; all_gather replaced by a barrier) == 1 process."""
+@pytest.mark.parametrize("world, tp", [(2, 1), (3, 1), (4, 1), (2, 2), (4, 2)])
+def test_ranks_split_and_gather_like_one_process(world, tp, monkeypatch):
+    """2-4 simulated ranks (threads; all_gather replaced by a barrier) == 1 process; with tp = 2 the
+    ranks of an engine group ([0, 1], [2, 3]) ask their engine for the same problems."""
     one = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True)
     slots, barrier = [None] * world, threading.Barrier(world)
 
@@ -238,6 +240,8 @@ def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
 
     monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
     engines, results = [ScriptedEngine(SCRIPT) for _ in range(world)], [None] * world
+    for e in engines:
+        e.tp = tp
 
     def run(r):
         results[r] = ev.evaluate(engines[r], FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True,
@@ -253,7 +257,10 @@ def test_ranks_split_and_gather_like_one_process(world, monkeypatch):
         assert res["per_problem"] == one["per_problem"]
         assert {k: v for k, v in res["metrics"].items() if "seconds" not in k and "per_s" not in k} == \
             {k: v for k, v in one["metrics"].items() if "seconds" not in k and "per_s" not in k}
-        assert res["settings"]["world_size"] == world
+        assert res["settings"]["world_size"] == world and res["settings"]["engine_groups"] == world // tp
+    if tp > 1:
+        assert all(engines[r].requests == engines[r - r % tp].requests for r in range(world))
+        assert world == tp or engines[0].requests != engines[tp].requests
 
 
 # --- inputs: datasets and the checkpoint's config -----------------------------------------------------
@@ -311,6 +318,11 @@ def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
         ev.checkpoint_settings(foreign, ev.EvalConfig(max_new_tokens=5, verifier="nope"))
     with pytest.raises(FileNotFoundError):
         ev.resolve_model(str(foreign))
+
+
+def test_vllm_tp_must_divide_the_processes(capsys):
+    assert plumbing.run_cli(ev.main, ["--engine", "vllm", "--vllm_tp", "2", "--k", "1", "--limit", "1"]) == 2
+    assert "error: --vllm_tp 2 must be >= 1 and divide the number of processes (1)" in capsys.readouterr().err
 
 
 def test_model_settings_mirror_train_config():

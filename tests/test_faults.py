@@ -440,7 +440,7 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     wrong) or whose every response is overlong-filtered saves the starting weights unchanged."""
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(train, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
+    monkeypatch.setattr(plumbing, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
     extra = ["--dynamic_sampling", "true"] if case == "nothing-kept" else ["--dynamic_sampling", "false",
                                                                               "--overlong_filter", "true"]
     run = tmp_path / case

