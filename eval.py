@@ -51,10 +51,15 @@ from pathlib import Path
 
 import numpy as np
 
+import cli
+import paraphrase
 import plumbing
 import rollout
 import verifier
-from plumbing import F, Dist, rank_seed, repo_commit, shard, unshard
+from cli import F
+from estimators import (MAJ_TIE_RULE, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
+                        paired_bootstrap, pass_at_k, problem_scores)
+from plumbing import Dist, rank_seed, repo_commit, shard, unshard
 from rollout import SamplingParams
 from task import Dataset, Task
 
@@ -63,11 +68,9 @@ DEFAULT_MODEL = plumbing.DEFAULT_MODEL
 # responses, scored by the official rule), for the report's "differs from the paper" list.
 PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
                   "verifier": "dapo-official"}
-# AIME 2024 as the paper evaluated it: train.file_hash (sha256[:16]) of the official DAPO file
+# AIME 2024 as the paper evaluated it: task.file_hash (sha256[:16]) of the official DAPO file
 # (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
 PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
-MAJ_TIE_RULE = ("most frequent extracted answer; unextracted (None) answers do not vote; a tie goes to the "
-                "answer whose first occurrence comes earliest in sample order; no extracted answer = wrong")
 
 
 # --- plumbing: config ------------------------------------------------------------------------------
@@ -106,116 +109,11 @@ class EvalConfig:
 
 
 def parse_args(argv: list[str] | None) -> EvalConfig:
-    ap = plumbing.ArgumentParser(usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
+    ap = cli.ArgumentParser(usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
                                        "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    plumbing.add_dataclass_flags(ap, EvalConfig, defaults=True)
+    cli.add_dataclass_flags(ap, EvalConfig, defaults=True)
     return EvalConfig(**vars(ap.parse_args(argv)))
-
-
-# --- the estimators ---------------------------------------------------------------------------------
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k for one problem: 1 - C(n - c, k) / C(n, k) (Chen et al., 2021, eq. 1).
-
-    The probability that at least one of k answers drawn without replacement from the n generated
-    ones is correct, given c of the n are correct. Computed as a product so it stays exact for
-    large n (no huge binomials).
-
-    Raises:
-        ValueError: unless 0 <= c <= n and 1 <= k <= n.
-    """
-    if not (0 <= c <= n and 1 <= k <= n):
-        raise ValueError(f"pass_at_k needs 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
-    if n - c < k:  # every k-subset holds a correct answer
-        return 1.0
-    # C(n-c, k) / C(n, k) = prod_{i=0}^{k-1} (n - c - i) / (n - i)
-    return 1.0 - float(np.prod([(n - c - i) / (n - i) for i in range(k)]))
-
-
-def avg_at_k(correct: np.ndarray) -> float:
-    """avg@k, the paper's avg@32: mean of correct, a (problems, k) bool matrix."""
-    return float(np.asarray(correct, dtype=float).mean())
-
-
-def majority_vote(preds: list[str | None]) -> int | None:
-    """Index of the sample whose answer wins the vote, or None when no answer was extracted.
-
-    Tie rule (MAJ_TIE_RULE): answers that could not be extracted (None) do not vote; among the
-    answers with the most votes, the one that first appears earliest in sample order wins. The
-    returned index is that first occurrence. Deterministic and independent of the answer text.
-    """
-    votes = Counter(p for p in preds if p is not None)
-    if not votes:
-        return None
-    top = max(votes.values())
-    return next(i for i, p in enumerate(preds) if p is not None and votes[p] == top)
-
-
-def maj_at_k(preds: list[str | None], truth_correct: list[bool]) -> bool:
-    """maj@k for one problem: whether the majority answer (see `majority_vote`) is correct.
-
-    `truth_correct[i]` is the verifier's verdict on sample i; the vote takes the verdict of the
-    winning answer's first sample. No extracted answer at all counts as wrong.
-    """
-    winner = majority_vote(preds)
-    return winner is not None and bool(truth_correct[winner])
-
-
-def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
-    """Per-problem value of every accuracy metric: {name: (P,) float64}; each metric is its mean.
-
-    records: per-problem dicts from `evaluate` (fields correct (k bools), maj_correct, and
-    greedy_correct when the greedy pass ran). All problems must have the same k.
-    """
-    correct = np.array([r["correct"] for r in records], dtype=bool)  # (P, k)
-    if correct.ndim != 2 or correct.shape[1] < 1:
-        raise ValueError(f"every problem needs the same k >= 1 samples, got a matrix of shape {correct.shape}")
-    P, k = correct.shape
-    c = correct.sum(1)  # (P,) correct samples per problem
-    out = {f"avg@{k}": correct.mean(1)}  # (P,)
-    for j in range(1, k + 1):
-        out[f"pass@{j}"] = np.array([pass_at_k(k, int(ci), j) for ci in c])  # (P,)
-    out[f"maj@{k}"] = np.array([r["maj_correct"] for r in records], dtype=float)  # (P,)
-    if all("greedy_correct" in r for r in records):
-        out["greedy_pass@1"] = np.array([r["greedy_correct"] for r in records], dtype=float)  # (P,)
-    return out
-
-
-def bootstrap_ci(values: np.ndarray, *, n_boot: int, level: float, seed: int) -> tuple:
-    """Percentile bootstrap interval of mean(values), resampling problems with replacement.
-
-    values: (P,) one number per problem (accuracy, pass@j estimate, ...), or (P, M) to resample the
-    same problems for M columns at once (then the bounds are (M,) arrays). This is uncertainty over
-    which problems were drawn; within a problem pass@j is still the unbiased estimator, not a
-    bootstrap over samples (docs/PITFALLS.md, failure 11).
-    """
-    values = np.asarray(values, dtype=float)
-    if len(values) == 0 or n_boot < 1 or not 0 < level < 1:
-        raise ValueError(f"bootstrap needs >= 1 problem, n_boot >= 1, 0 < level < 1; got {len(values)}, {n_boot}, {level}")
-    P = len(values)
-    # How often each problem is drawn in each resample; a matrix product then gives every mean
-    # without materialising (n_boot, P, M) values.
-    counts = np.random.default_rng(seed).multinomial(P, np.full(P, 1 / P), size=n_boot)  # (n_boot, P)
-    means = counts @ values / P  # (n_boot,) or (n_boot, M)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2], axis=0)
-    return lo, hi
-
-
-def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, level: float, seed: int) -> dict:
-    """Difference mean(a) - mean(b) of two models on the same problems, with a paired interval.
-
-    a, b: (P,) per-problem values, problem i in the same position in both. Each resample draws
-    problems once and takes both models' values on them, so problem difficulty cancels out.
-    Returns {"a", "b", "diff", "lo", "hi", "excludes_zero"}.
-    """
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired comparison needs two (P,) arrays over the same problems, got {a.shape} and {b.shape}")
-    lo, hi = bootstrap_ci(a - b, n_boot=n_boot, level=level, seed=seed)
-    return {"a": float(a.mean()), "b": float(b.mean()), "diff": float((a - b).mean()), "lo": float(lo), "hi": float(hi),
-            "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
 # --- generation and scoring -----------------------------------------------------------------------------
@@ -325,39 +223,6 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     }
     return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
-
-
-def held_out(engine, tokenizer, data: Dataset | None, cfg, task: Task, dist: Dist, tag: str) -> dict:
-    """Held-out avg@k, pass@k, maj@k and lengths during training, as heldout/* metrics ({} without data).
-
-    cfg: train.Config (eval_k, eval_temperature, eval_top_p, max_response_len, seed,
-    heldout_seed_offset). The same settings and seed before and after training.
-    """
-    if not data:
-        return {}
-    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
-                            top_p=cfg.eval_top_p, seed=cfg.seed + cfg.heldout_seed_offset)
-    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
-    out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
-    out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
-    if dist.main:
-        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
-    return out
-
-
-def probe(engine, tokenizer, data: Dataset, cfg, task: Task, dist: Dist, step: int, seed: int) -> tuple[dict, list[dict]]:
-    """The fixed probe set during training (held-out prompts that never enter training), sampled
-    with the held-out settings at request seed `seed`; returns probe/* metrics and one record per rollout."""
-    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
-                            top_p=cfg.eval_top_p, seed=seed)
-    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist, keep_samples=True)
-    records = [{"step": step, "policy_version": step, "prompt_id": p["id"], "sample_index": si, "response": s["response"],
-                "ground_truth": p["answer"], "correct": s["correct"], "pred": s["pred"], "verifier_reason": s["reason"],
-                "response_tokens": s["tokens"], "finish_reason": s["finish_reason"], "seed": seed,
-                "verifier_version": verifier.VERSION} for p in res["per_problem"] for si, s in enumerate(p["samples"])]
-    m = res["metrics"]
-    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/mean_length": m["mean_length"],
-            "probe/n_problems": len(data), "time/probe": m["gen_seconds"]}, records
 
 
 def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -> tuple[dict, dict]:
@@ -533,8 +398,6 @@ def render_markdown(res: dict) -> str:
                    + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
                    f"{_fmt(r['truncated_frac'])} | {reasons} |")
     if "paraphrase" in res:
-        import paraphrase  # here, not at the top: paraphrase.py imports this file
-
         out += paraphrase.markdown(res["paraphrase"])
     return "\n".join(out) + "\n"
 
@@ -572,14 +435,12 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
                 for key in keys if get(a["settings"], key) != get(b["settings"], key)]
     metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}
     if "paraphrase" in a and "paraphrase" in b:
-        import paraphrase  # here, not at the top: paraphrase.py imports this file
-
         metrics.update(paraphrase.compare(a, b, n_boot=n_boot, level=level, seed=seed, warnings=warnings))
     return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings, "metrics": metrics}
 
 
 def compare_main(argv: list[str]) -> dict:
-    ap = plumbing.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
+    ap = cli.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
     ap.add_argument("a", help="report.json of model A")
     ap.add_argument("b", help="report.json of model B")
     ap.add_argument("--n_boot", type=int, default=EvalConfig.n_boot, help="bootstrap resamples of the problems")
@@ -613,8 +474,6 @@ def main(argv: list[str] | None = None) -> dict | None:
         return compare_main(argv[1:])
     import torch
 
-    import paraphrase  # here, not at the top: paraphrase.py imports this file
-
     ecfg = parse_args(argv)
     torch.set_num_threads(ecfg.threads)
     model_dir = resolve_model(ecfg.model)
@@ -636,8 +495,10 @@ def main(argv: list[str] | None = None) -> dict | None:
         plumbing.close_distributed(dist)
     res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
     if para:  # the same settings (and seed) on the paraphrases
-        res["paraphrase"] = paraphrase.evaluate(engine, tokenizer, para, res, params, settings, task, dist=dist,
-                                                greedy=ecfg.greedy, n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
+        measured = evaluate(engine, tokenizer, para["data"], params, settings, task, dist=dist, greedy=ecfg.greedy,
+                            n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
+        res["paraphrase"] = paraphrase.gaps(para, res, measured, params, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
+                                            ci_level=ecfg.ci_level)
     if not dist.main:
         return None
     for m, v in res["metrics"].items():
@@ -655,4 +516,4 @@ def main(argv: list[str] | None = None) -> dict | None:
 
 
 if __name__ == "__main__":
-    sys.exit(plumbing.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -52,6 +52,12 @@ from dataclasses import dataclass
 
 import torch
 
+import cli
+import dapo
+import plumbing
+import rollout
+from task import PromptStream
+
 POLL_S = 0.005  # how often a waiting process looks again (seconds)
 JOIN_TIMEOUT_S = 30.0  # how long the learner waits for the generator to stop before terminating it
 
@@ -101,7 +107,6 @@ class SharedWeights:
 
 def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
     """(probe_len,) float64: log-probs of the last probe_len tokens of probe_ids under `model` (temperature 1)."""
-    import dapo
 
     was_training = model.training
     model.eval()
@@ -121,7 +126,7 @@ def make_source(cfg, task, model, engine, tokenizer, data, dist, start: int, res
     (and the staleness buffer) of a checkpoint. collect: train.collect_groups; group_cls: train.Group."""
     position = resumed["stream_position"] if resumed else 0
     if cfg.max_policy_lag > 0 or cfg.generator_process:
-        return AsyncGenerator(cfg, task, model, engine, dist, data, start=start, stream_position=position,
+        return AsyncGenerator(cfg, task, model, engine, dist, data, collect, start=start, stream_position=position,
                               probe_ids=data.prompt_ids[0] + data.prompt_ids[1 % len(data)])
     source = InlineSource(cfg, task, engine, tokenizer, data, dist, collect)
     source.stream.position = position
@@ -134,7 +139,6 @@ class InlineSource:
     with the weights it has just trained, then hands its new weights to its engine."""
 
     def __init__(self, cfg, task, engine, tokenizer, data, dist, collect):
-        from task import PromptStream
 
         self.cfg, self.task, self.engine, self.tokenizer, self.data, self.dist = cfg, task, engine, tokenizer, data, dist
         self.collect, self.stream, self.buffer = collect, PromptStream(len(data), cfg.seed), []
@@ -145,7 +149,6 @@ class InlineSource:
 
     def publish(self, model, version: int) -> dict:
         """Hand the new weights to the engine (rollout.sync_engine); returns its metrics."""
-        import rollout
 
         return rollout.sync_engine(self.engine, model, version, self.dist.world)
 
@@ -163,12 +166,13 @@ class InlineSource:
 class AsyncGenerator:
     """The learner's handle on the generator process: `next` batch, `publish` weights, `state`, stop on exit.
 
-    The same interface as train.InlineSource, so train.py's loop reads the same either way.
+    The same interface as InlineSource, so train.py's loop reads the same either way.
     """
 
     buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
 
-    def __init__(self, cfg, task, model, engine, dist, data, *, start: int, stream_position: int, probe_ids: list[int]):
+    def __init__(self, cfg, task, model, engine, dist, data, collect, *, start: int, stream_position: int,
+                 probe_ids: list[int]):
         import torch.multiprocessing as mp
 
         self.cfg, self.engine, self.dist = cfg, engine, dist
@@ -183,9 +187,9 @@ class AsyncGenerator:
         self.shared = SharedWeights(state, self.probe_ids, self.probe_len, ctx)
         self.shared.publish(state, start, reference)
         self.queue, self.stop_event = ctx.Queue(), ctx.Event()
-        import dataclasses
-
-        args = (dataclasses.asdict(cfg), task, data, self.shared, self.queue, self.stop_event, start, stream_position,
+        # cfg, task, data and `collect` (train.collect_groups) are pickled to the new process (functions and
+        # classes by reference: the generator imports nothing of train.py itself)
+        args = (cfg, collect, task, data, self.shared, self.queue, self.stop_event, start, stream_position,
                 cfg.gen_shards or dist.world, os.getpid())
         self.proc = ctx.Process(target=_generator_main, args=args, name="dapo-generator", daemon=True)
         self.proc.start()
@@ -204,9 +208,8 @@ class AsyncGenerator:
     def next(self, step: int):
         """The batch for learner step `step` (train.Rollouts, with the generator's stats), on every rank.
 
-        Raises plumbing.RunStopped when the generator process died (with its error).
+        Raises cli.RunStopped when the generator process died (with its error).
         """
-        import plumbing
 
         out = None
         if self.dist.main:
@@ -226,25 +229,23 @@ class AsyncGenerator:
 
     def _get(self):
         """The next message of the generator; raises if it sent an error or died."""
-        import plumbing
 
         while True:
             try:
                 msg = self.queue.get(timeout=0.5)
             except queue_lib.Empty:
                 if not self.proc.is_alive():
-                    raise plumbing.RunStopped(f"the generator process exited (code {self.proc.exitcode}) without sending "
+                    raise cli.RunStopped(f"the generator process exited (code {self.proc.exitcode}) without sending "
                                               "a batch; see its output above") from None
                 continue
             if msg[0] == "error":
-                raise plumbing.RunStopped(f"the generator process failed: {msg[1]}")
+                raise cli.RunStopped(f"the generator process failed: {msg[1]}")
             return msg
 
     def publish(self, model, version: int) -> dict:
         """Hand the learner's weights after `version` rollout steps to the generator (and to the
         learner's own engine, which samples the held-out and probe sets); returns metrics
         (time/weight_sync, and sync/logprob_gap of the learner's engine when it checks one)."""
-        import rollout
 
         t0 = time.perf_counter()
         out = rollout.sync_engine(self.engine, model, version, self.dist.world)
@@ -285,16 +286,15 @@ def full_state_dict(model, dist) -> dict:
 # --- the generator process --------------------------------------------------------------------------
 
 
-def _generator_main(cfg_dict, task, data, shared: SharedWeights, queue, stop_event, start: int, stream_position: int,
+def _generator_main(cfg, collect, task, data, shared: SharedWeights, queue, stop_event, start: int, stream_position: int,
                     n_shards: int, learner_pid: int) -> None:
     """Entry point of the generator process: produce batches start, start + 1, ... until stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop (after its checkpoint)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    import plumbing
 
     try:
-        _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
-    except (ValueError, OSError, plumbing.RunStopped) as e:  # a reason the user can act on: its message is enough
+        _generate_forever(cfg, collect, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
+    except (ValueError, OSError, cli.RunStopped) as e:  # a reason the user can act on: its message is enough
         queue.put(("error", str(e)))
         raise SystemExit(2) from None
     except Exception:  # a bug: the learner raises it with the traceback; this process exits non-zero
@@ -302,12 +302,9 @@ def _generator_main(cfg_dict, task, data, shared: SharedWeights, queue, stop_eve
         raise
 
 
-def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid) -> None:
-    import plumbing
-    import train
-    from task import PromptStream
+def _generate_forever(cfg, collect, task, data, shared, queue, stop_event, start, stream_position, n_shards,
+                      learner_pid) -> None:
 
-    cfg = train.Config(**cfg_dict)
     plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     # the device of the learner's rank 0 (untested on GPUs: the project's CI has none)
@@ -330,14 +327,13 @@ def _generate_forever(cfg_dict, task, data, shared, queue, stop_event, start, st
         if shared.version.value > version:  # always the newest weights the learner has published
             version = _load_weights(shared, model, engine, atol)
         idle = time.perf_counter() - t0
-        rollouts = train.collect_groups(b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, task, [],
+        rollouts = collect(b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, task, [],
                                         version=version, n_shards=n_shards)
         queue.put(("batch", pickle.dumps(Batch(b, version, rollouts, stream.position, idle))))
 
 
 def _load_weights(shared: SharedWeights, model, engine, atol: float) -> int:
     """Copy the newest shared weights into the generator's model and engine, then check them."""
-    import rollout
 
     version, reference = shared.load_into(model)
     own = probe_logprobs(model, shared.probe_ids, shared.probe_len)  # (probe_len,)

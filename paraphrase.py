@@ -30,8 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-import eval as evaluation  # the estimators and `evaluate`; eval.py imports this file lazily (no cycle)
-from plumbing import Dist
+from estimators import paired_bootstrap, problem_scores
 from task import Dataset, Problem, Task
 
 
@@ -122,15 +121,16 @@ def _reworded(p: Problem, text: str, *, full_prompt: bool, tag: str) -> Problem:
     return Problem(f"{p.id}~{tag}", msgs, p.answer, bare=p.bare)
 
 
-def evaluate(engine, tokenizer, para: dict, original: dict, params, cfg, task: Task, *, dist: Dist = Dist(),
-             greedy: bool = False, n_boot: int = 2000, ci_level: float = 0.95) -> dict:
-    """Score the paraphrases with the originals' sampling settings; the gap per metric, with paired intervals.
+def gaps(para: dict, original: dict, measured: dict, params, *, greedy: bool = False, n_boot: int = 2000,
+         ci_level: float = 0.95) -> dict:
+    """The gap between the paraphrases and the originals per metric, with paired intervals over problems.
 
     Args:
         para: `load`'s result.
         original: eval.evaluate's result on the originals (its per_problem records in data order).
-        engine, tokenizer, params, cfg, task, dist, greedy, n_boot, ci_level: as given to eval.evaluate
-            for the originals (the same k, budget, temperature, top_p and seed).
+        measured: eval.evaluate's result on para["data"], with the originals' sampling settings
+            (the same k, budget, temperature, top_p and seed: `params`).
+        greedy, n_boot, ci_level: as given to eval.evaluate.
 
     Returns:
         {"spec", "n_problems" (originals with a paraphrase), "n_paraphrases", "ignored", "skipped",
@@ -138,12 +138,11 @@ def evaluate(engine, tokenizer, para: dict, original: dict, params, cfg, task: T
          "by_style": {style: {"n": paraphrases, metric: paired_bootstrap}}, "per_paraphrase": [...]}
         over the accuracy metrics avg@k, pass@k, maj@k and greedy_pass@1 (when greedy).
     """
-    res = evaluation.evaluate(engine, tokenizer, para["data"], params, cfg, task, dist=dist, greedy=greedy, n_boot=n_boot,
-                              ci_level=ci_level)
+    res = measured
     k = params.n
     names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1") if m != "greedy_pass@1" or greedy]
-    orig = evaluation.problem_scores(original["per_problem"])  # {metric: (P,)}
-    mine = evaluation.problem_scores(res["per_problem"])  # {metric: (Q,)}, paraphrases in para["data"] order
+    orig = problem_scores(original["per_problem"])  # {metric: (P,)}
+    mine = problem_scores(res["per_problem"])  # {metric: (Q,)}, paraphrases in para["data"] order
     of, styles = np.array(para["of"]), np.array(para["styles"])  # (Q,), (Q,)
 
     def gaps(sel: np.ndarray) -> dict:
@@ -151,7 +150,7 @@ def evaluate(engine, tokenizer, para: dict, original: dict, params, cfg, task: T
         out = {}
         for m in names:
             per = np.array([mine[m][sel & (of == i)].mean() for i in covered])  # (P',) mean over each one's paraphrases
-            out[m] = evaluation.paired_bootstrap(per, orig[m][covered], n_boot=n_boot, level=ci_level, seed=params.seed)
+            out[m] = paired_bootstrap(per, orig[m][covered], n_boot=n_boot, level=ci_level, seed=params.seed)
         return out
 
     everything = np.ones(len(of), dtype=bool)
@@ -188,8 +187,8 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int, warnings:
     pa, pb = np.array([para_a[i] for i in ids]), np.array([para_b[i] for i in ids])  # (P,), (P,)
     ga, gb = pa - np.array([orig_a[i] for i in ids]), pb - np.array([orig_b[i] for i in ids])  # (P,) gaps
     k = a["settings"]["k"]
-    return {f"paraphrase avg@{k}": evaluation.paired_bootstrap(pa, pb, n_boot=n_boot, level=level, seed=seed),
-            f"gap avg@{k}": evaluation.paired_bootstrap(ga, gb, n_boot=n_boot, level=level, seed=seed)}
+    return {f"paraphrase avg@{k}": paired_bootstrap(pa, pb, n_boot=n_boot, level=level, seed=seed),
+            f"gap avg@{k}": paired_bootstrap(ga, gb, n_boot=n_boot, level=level, seed=seed)}
 
 
 def _verdict(r: dict) -> str:

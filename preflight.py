@@ -39,6 +39,7 @@ import torch
 
 import audit
 import dapo
+import cli
 import plumbing
 import rollout
 import train  # Config, its presets and defaults: the pre-flight checks the settings a run will use
@@ -56,7 +57,7 @@ N_LONGEST = 5  # the longest answers listed on the sheet (after disagreements an
 
 def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace]:
     """(the train.Config a run would use: --preset, then flags; the pre-flight's own flags n, show, out)."""
-    ap = plumbing.ArgumentParser(prog="preflight.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = cli.ArgumentParser(prog="preflight.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(train.PRESETS), default="tiny", help="train.py's starting values; flags override")
     ap.add_argument("--n", type=int, default=100, help="prompts in the fixed set (default 100)")
     ap.add_argument("--show", type=int, default=40, help="answers listed for hand-checking on the sheet (default 40)")
@@ -65,7 +66,7 @@ def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace
     for name in SHARED:
         f = fields[name]
         is_bool = f.type in ("bool", bool)
-        ap.add_argument(f"--{name}", type=plumbing.parse_bool if is_bool else type(f.default), default=None,
+        ap.add_argument(f"--{name}", type=cli.parse_bool if is_bool else type(f.default), default=None,
                         metavar="BOOL" if is_bool else None,
                         help=f"{f.metadata['help']} (default: the preset's; tiny {f.default!r})".replace("%", "%%"))
     args = ap.parse_args(argv)
@@ -329,4 +330,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(plumbing.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 import audit
-import plumbing
+import cli
 import train  # Config defaults only, for the "config differences" table
 from audit import age_bucket  # rollout ages, shared with the audit
 
@@ -603,7 +603,7 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
 
 def main(argv: list[str] | None = None) -> dict:
     """`python report.py RUN_DIR [RUN_DIR2] [--out DIR]`: run_report, then print notes and the diagnosis."""
-    ap = plumbing.ArgumentParser(prog="report.py", description="Plots, report.md and a diagnosis of one training run, "
+    ap = cli.ArgumentParser(prog="report.py", description="Plots, report.md and a diagnosis of one training run, "
                                  "or two overlaid (an ablation).")
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="a train.py --run_dir; a second one is overlaid on the first")
     ap.add_argument("--out", default="", help="output directory (default: RUN_DIR/report of the first run)")
@@ -625,4 +625,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(plumbing.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -37,13 +37,14 @@ import numpy as np
 import torch
 
 import dapo
-import eval as evaluation  # measuring a model; the module name shadows the builtin `eval` only here
 import generator
+import cli
 import plumbing
 import rollout
 import runlog
 import verifier
-from plumbing import F, Dist, all_reduce_max, all_reduce_sum
+from cli import F
+from plumbing import Dist, all_reduce_max, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task
 
@@ -212,15 +213,15 @@ RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_a
 
 def parse_config(argv: list[str] | None = None) -> Config:
     """Config from a preset plus command-line flags; every field is a flag with its help."""
-    ap = plumbing.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
+    ap = cli.ArgumentParser(usage="%(prog)s [--preset NAME] [--FLAG VALUE ...]   (every flag below)",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="tiny", help="starting values, then flags override")
-    plumbing.add_dataclass_flags(ap, Config, defaults=False)
+    cli.add_dataclass_flags(ap, Config, defaults=False)
     args = vars(ap.parse_args(argv))
     values = dict(PRESETS[args.pop("preset")])
     values.update({k: v for k, v in args.items() if v is not None})
     cfg = Config(**values)
-    plumbing.check_config(cfg)
+    cli.check_config(cfg)
     return cfg
 
 
@@ -310,7 +311,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     n_shards: prompt shards per round (default --gen_shards, else one per engine group).
 
     Raises:
-        plumbing.RunStopped: the round budget ran out under --on_exhausted error.
+        cli.RunStopped: the round budget ran out under --on_exhausted error.
         plumbing.GroupMismatchError: the ranks of one engine group drew different tokens.
     """
     fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
@@ -371,7 +372,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
                f"or all-wrong for model {cfg.model or 'tiny'} on data {cfg.data}. Use easier/harder data, a larger "
                f"--max_gen_rounds or --gen_prompts_per_round, or --on_exhausted partial/skip.")
         if cfg.on_exhausted == "error":
-            raise plumbing.RunStopped(msg)
+            raise cli.RunStopped(msg)
         stats["groups/exhausted"] = 1.0
         # skip: train on nothing; partial: whole groups, a multiple of the world size so every
         # rank gets the same count. Groups not trained go back to the buffer when there is one.
@@ -588,7 +589,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     run, resumed = runlog.start(cfg, Config(), RESUME_FREE_FIELDS, model, optimizer, scheduler, engine, tokenizer, data,
                                 held_out, task.template_hash(tokenizer, cfg), dist, device)
     if "heldout_before" not in run.state:  # a resumed run keeps its first evaluation
-        run.state["heldout_before"] = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
+        run.state["heldout_before"] = runlog.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
     source = generator.make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed, collect_groups, Group)
@@ -596,7 +597,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
-                probe, probe_records = evaluation.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
+                probe, probe_records = runlog.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
                                                         step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
@@ -616,7 +617,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                 run.save_checkpoint(step + 1, model, optimizer, scheduler, source.state())
             if run.interrupted:
                 return run.stop(step)
-    after = evaluation.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
+    after = runlog.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
     return run.finish(model, tokenizer, run.state["heldout_before"], after)
 
 
@@ -635,4 +636,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(plumbing.run_cli(main))
+    sys.exit(cli.run_cli(main))

@@ -169,7 +169,7 @@ class VLLMEngine(Engine):
     "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
     (and for greedy requests) Sample.logprobs is None and no log-probs are computed. The factory
     (rollout.make_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
-    plumbing.check_config refuses the objectives that need the sampler's log-probs where neither
+    cli.check_config refuses the objectives that need the sampler's log-probs where neither
     gives them. With "processed_logprobs", against the trainer's
     dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
     3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that

@@ -69,6 +69,7 @@ def build(out_lines: list[str]) -> None:
     import torch
 
     import dapo
+    import cli
     import plumbing
     import train
     from rollout import HFEngine, SamplingParams
@@ -83,7 +84,7 @@ def build(out_lines: list[str]) -> None:
                        overlong_filter=False, dynamic_sampling=True, lr=DEMO_LR, prompts_per_step=1,
                        gen_prompts_per_round=1, mini_batch_size=G, micro_batch_size=G, temperature=1.0, top_p=1.0,
                        device="cpu", threads=1)
-    plumbing.check_config(cfg)
+    cli.check_config(cfg)
     model, tok = plumbing.load_policy("", device)
     task = Task()
     problems, data_name, _ = task.read("tiny", cfg, held_out=False)

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
+import cli
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
@@ -321,7 +322,7 @@ def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
 
 
 def test_vllm_tp_must_divide_the_processes(capsys):
-    assert plumbing.run_cli(ev.main, ["--engine", "vllm", "--vllm_tp", "2", "--k", "1", "--limit", "1"]) == 2
+    assert cli.run_cli(ev.main, ["--engine", "vllm", "--vllm_tp", "2", "--k", "1", "--limit", "1"]) == 2
     assert "error: --vllm_tp 2 must be >= 1 and divide the number of processes (1)" in capsys.readouterr().err
 
 

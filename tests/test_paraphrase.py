@@ -4,7 +4,7 @@
     (a character outside it would be dropped without a word), deterministic;
   - paraphrase.load: the built-in rewordings and a JSONL keyed by problem id (ignored ids, full
     prompts, the instruction treated as the original's, a changed answer refused);
-  - paraphrase.evaluate with a scripted engine that solves the original wording and one style only:
+  - paraphrase.gaps with a scripted engine that solves the original wording and one style only:
     the gap and its paired interval are exact;
   - eval.py end to end on the tiny base policy, and its one-line errors.
 
@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import paraphrase  # noqa: E402
-import plumbing  # noqa: E402
+import cli
 import rollout  # noqa: E402
 import tiny  # noqa: E402
 from task import DAPO_PREFIX, Dataset, Problem, Task  # noqa: E402
@@ -124,7 +124,7 @@ def test_load_refuses_unknown_specs(tmp_path):
         paraphrase.load("tiny", dataset(False, "aime.parquet"), TOKENIZER, SETTINGS, Task())
 
 
-# --- paraphrase.evaluate with a scripted engine -------------------------------------------------------------
+# --- paraphrase.gaps with a scripted engine -------------------------------------------------------------
 
 
 class OriginalWordingOnly(rollout.Engine):
@@ -148,7 +148,8 @@ def test_gap_and_paired_interval_are_exact():
     engine = OriginalWordingOnly()
     orig = ev.evaluate(engine, TOKENIZER, data, params, SETTINGS, task, greedy=True, n_boot=200)
     para = paraphrase.load("tiny", data, TOKENIZER, SETTINGS, task)
-    res = paraphrase.evaluate(engine, TOKENIZER, para, orig, params, SETTINGS, task, greedy=True, n_boot=200)
+    measured = ev.evaluate(engine, TOKENIZER, para["data"], params, SETTINGS, task, greedy=True, n_boot=200)
+    res = paraphrase.gaps(para, orig, measured, params, greedy=True, n_boot=200)
     assert (res["n_problems"], res["n_paraphrases"], res["spec"]) == (3, 15, "tiny")
     assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "greedy_pass@1"]
     for m, r in res["metrics"].items():  # right on "swap" only (1 of 5 styles), on every problem: the gap is -0.8 everywhere
@@ -180,7 +181,8 @@ def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
     reports = []
     for engine in (OriginalWordingOnly(), AlwaysZero()):
         rep = ev.evaluate(engine, TOKENIZER, data, params, SETTINGS, task, n_boot=100)
-        rep["paraphrase"] = paraphrase.evaluate(engine, TOKENIZER, para, rep, params, SETTINGS, task, n_boot=100)
+        measured = ev.evaluate(engine, TOKENIZER, para["data"], params, SETTINGS, task, n_boot=100)
+        rep["paraphrase"] = paraphrase.gaps(para, rep, measured, params, n_boot=100)
         reports.append(json.loads(json.dumps(rep)))  # as read back from report.json
     res = ev.compare(*reports, n_boot=100, level=0.95, seed=0)
     assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "paraphrase avg@2", "gap avg@2"] and res["warnings"] == []
@@ -212,6 +214,6 @@ def test_eval_cli_reports_the_gap(tmp_path, capsys):
 
 
 def test_eval_cli_bad_paraphrase_file_is_one_line(tmp_path, capsys):
-    code = plumbing.run_cli(ev.main, ["--data", "tiny", "--limit", "2", "--paraphrases", str(tmp_path / "missing.jsonl")])
+    code = cli.run_cli(ev.main, ["--data", "tiny", "--limit", "2", "--paraphrases", str(tmp_path / "missing.jsonl")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith("error: --paraphrases") and "no such file" in err[0]

@@ -20,7 +20,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import plumbing  # noqa: E402
+import cli
 import preflight  # noqa: E402
 import tiny  # noqa: E402
 import train  # noqa: E402
@@ -156,8 +156,8 @@ def test_preflight_on_the_tiny_default_is_repeatable(tmp_path, capsys):
 ])
 def test_bad_input_is_one_line(argv, message, capsys, tmp_path):
     try:
-        code = plumbing.run_cli(preflight.main, argv + ["--out", str(tmp_path)])
-    except SystemExit as e:  # argparse's own errors exit from inside the parser (plumbing.ArgumentParser)
+        code = cli.run_cli(preflight.main, argv + ["--out", str(tmp_path)])
+    except SystemExit as e:  # argparse's own errors exit from inside the parser (cli.ArgumentParser)
         code = e.code
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and err[0].startswith(message), err
