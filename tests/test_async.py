@@ -143,7 +143,7 @@ def test_two_learner_ranks_and_a_generator_equal_one_inline_process(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     one, two = tmp_path / "one", tmp_path / "two"
     for cmd in ([sys.executable, "train.py", "--run_dir", str(one), *args],
-                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29657", "train.py",
+                [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py",
                  "--run_dir", str(two), "--generator_process", "true", *args]):
         out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, out.stderr[-3000:]

@@ -85,12 +85,12 @@ def record(step, pid, prompt, response, truth, *, correct, pred, i=0, age=0, ver
     tokens = len(response) + 1
     return dataclasses.asdict(rollout.RolloutRecord(
         run_id="planted", step=step, policy_version=step - age, learner_version=step, group_id=f"{step}-0-{pid}",
-        prompt_id=pid, sample_index=i, gen_round=0, kept=True, prompt=f"<|user|>{prompt}\n<|assistant|>", response=response,
+        prompt_id=pid, sample_index=i, gen_round=0, gen_shard=0, gen_group=0, kept=True, prompt=f"<|user|>{prompt}\n<|assistant|>", response=response,
         ground_truth=truth, prompt_tokens=len(prompt) + 2, response_tokens=tokens, finish_reason="stop", truncated=False,
         correct=correct, pred=pred, verifier_reason="ok" if correct else "wrong", reward=1.0 if correct else -1.0,
         reward_correct=1.0 if correct else -1.0, reward_overlong=0.0, advantage=0.5, seed=0, seeded=True, temperature=1.0,
         top_p=1.0, max_new_tokens=BUDGET, engine="hf-generate", engine_version="x", verifier=verifier,
-        verifier_version="dapo-verifier-1", dataset="tiny:planted", dataset_hash="0", template_hash="0", model_id="tiny",
+        verifier_version="dapo-verifier-2", dataset="tiny:planted", dataset_hash="0", template_hash="0", model_id="tiny",
         gen_wall_s=0.1))
 
 

@@ -38,7 +38,7 @@ def _run(cmd, tmp_path):
 def test_two_ranks_equal_one_rank(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     _run([sys.executable, "train.py", "--run_dir", str(one), *ARGS], tmp_path)
-    _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29631", "train.py",
+    _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py",
           "--run_dir", str(two), *ARGS], tmp_path)
     m1 = [json.loads(l) for l in (one / "metrics.jsonl").read_text().splitlines()]
     m2 = [json.loads(l) for l in (two / "metrics.jsonl").read_text().splitlines()]
@@ -95,7 +95,7 @@ def test_engine_group_refuses_different_seeds_or_prompts(tmp_path):
     script = tmp_path / "group_check.py"
     script.write_text(GROUP_CHECK)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--master_port=29632",
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--standalone",
                           str(script), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(4)]

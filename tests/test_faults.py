@@ -33,6 +33,7 @@ import torch
 import dapo
 import plumbing
 import rollout
+import vllm_engine
 import tiny
 import train
 from task import Task
@@ -256,26 +257,28 @@ def _metrics(run: Path) -> list[dict]:
     return [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
 
-def test_top_p_with_tis_at_lr_0_weights_every_token_by_1(tmp_path):
-    """The issue's run (--top_p 0.6 --tis_cap 3 --lr 0) on the real entry point: identical weights,
-    so every truncated importance weight is 1 and the sampler/trainer gap is rounding only
-    (before: weights with mean 0.98, minimum 0.60; gap up to 0.5)."""
+def test_top_p_with_importance_weights_at_lr_0_weights_every_token_by_1(tmp_path):
+    """Truncated importance sampling at lag 0 (--offpolicy_objective decoupled --offpolicy_cap 3)
+    with --top_p 0.6 and --lr 0 on the real entry point: identical weights, so every importance
+    weight is 1 and the sampler/trainer gap is rounding only (with nucleus-renormalised sampler
+    log-probs: weights with mean 0.98, minimum 0.60; gap up to 0.5)."""
     run = tmp_path / "t"
-    train.main(["--run_dir", str(run), "--steps", "1", "--lr", "0", "--top_p", "0.6", "--tis_cap", "3", *SMALL])
+    train.main(["--run_dir", str(run), "--steps", "1", "--lr", "0", "--top_p", "0.6", "--offpolicy_objective", "decoupled",
+                "--offpolicy_cap", "3", *SMALL])
     (m,) = _metrics(run)
     assert m["policy/optimizer_steps"] >= 1
     assert m["sampler/logprob_absdiff_max"] < 1e-4
-    assert abs(m["sampler/tis_weight_mean"] - 1.0) < 1e-5 and m["sampler/tis_weight_min"] > 1 - 1e-4
+    assert abs(m["offpolicy/weight_mean"] - 1.0) < 1e-5 and m["offpolicy/weight_min"] > 1 - 1e-4
 
 
-def test_truncated_importance_weight_is_1_for_like_for_like_logprobs():
+def test_importance_weight_is_1_for_like_for_like_logprobs():
     """float64: identical log-probs give weight exactly 1; a nucleus-renormalised sampler log-prob
     (log p - log mass) would give the mass."""
     old = torch.log(torch.tensor([[0.5, 0.25, 0.1]], dtype=torch.float64))
     mask = torch.ones(1, 3)
-    assert torch.equal(dapo.truncated_importance_weight(old, old.clone(), mask, cap=3.0), torch.ones(1, 3))
+    assert torch.equal(dapo.behaviour_weight(old, old.clone(), mask, cap=3.0)[0], torch.ones(1, 3))
     mass = 0.6
-    w = dapo.truncated_importance_weight(old, old - torch.log(torch.tensor(mass, dtype=torch.float64)), mask, cap=3.0)
+    w, _ = dapo.behaviour_weight(old, old - torch.log(torch.tensor(mass, dtype=torch.float64)), mask, cap=3.0)
     assert torch.allclose(w, torch.full((1, 3), mass, dtype=torch.float32), atol=1e-7, rtol=0)
 
 
@@ -403,7 +406,7 @@ def test_skip_decision_is_global_across_ranks(tmp_path):
     script.write_text(_RANKS_SCRIPT)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     runs = {"one": [sys.executable, str(script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=29647", str(script)]}
+            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)]}
     for name, cmd in runs.items():
         out = subprocess.run([*cmd, str(repo), str(tmp_path / name)], cwd=repo, env=env, capture_output=True, text=True,
                              timeout=300)
@@ -505,7 +508,8 @@ REFUSED = [
     (["--device", "tpu"], "--device must be auto, cpu or cuda"),
     (["--engine", "sglang"], "--engine must be auto, hf or vllm"),
     (["--instruction", "chat"], "--instruction must be dapo or none"),
-    (["--tis_cap", "2", "--top_p", "0.7", "--temperature", "0.8", "--engine", "vllm"], "--tis_cap with --top_p < 1"),
+    (["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--temperature", "0.8", "--engine", "vllm"],
+     "--offpolicy_objective decoupled with --top_p < 1 needs --temperature 1 with vLLM"),
 ]
 
 
@@ -522,8 +526,8 @@ ACCEPTED = [
     ["--group_size", "2", "--mini_batch_size", "32"], ["--grad_clip", "inf"], ["--probe_size", "0", "--probe_every", "0"],
     ["--overlong_buffer", "47"], ["--max_response_len", "1", "--overlong_penalty", "false"], ["--temperature", "0.01"],
     ["--gen_prompts_per_round", "4", "--max_gen_rounds", "4"],
-    ["--tis_cap", "2", "--top_p", "0.7", "--engine", "vllm"],  # temperature 1: vLLM's raw log-probs are like-for-like
-    ["--tis_cap", "2", "--top_p", "0.7", "--temperature", "0.8", "--engine", "hf"],
+    ["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--engine", "vllm"],  # temperature 1: vLLM's raw log-probs are like-for-like
+    ["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--temperature", "0.8", "--engine", "hf"],
     ["--preset", "paper"], ["--preset", "grpo"], ["--preset", "ladder-6-dapo"],
 ]
 
@@ -545,7 +549,7 @@ def _vllm_engine(model_dir: Path, tok, mode: str):
     import os
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    return rollout.VLLMEngine(model_dir, tok, seed=0, max_model_len=256, logprobs_mode=mode)
+    return vllm_engine.VLLMEngine(model_dir, tok, seed=0, max_model_len=256, logprobs_mode=mode)
 
 
 @needs_vllm

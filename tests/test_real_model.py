@@ -43,12 +43,13 @@ def _rows_by_index(path: Path) -> dict[str, dict]:
 
 @pytest.mark.slow  # 75-100 s wall on the shared 2 cores (about 50 s of CPU), plus about 45 s once to convert
 def test_two_steps_on_dapo_math_17k_with_smollm2(smollm2_dir, tmp_path, monkeypatch):
-    evaluation = importlib.import_module("eval")  # the repo's eval.py; train imports it the same way
+    evaluation = importlib.import_module("eval")  # the repo's eval.py; runlog.py imports it the same way
     real_evaluate, evaluated = evaluation.evaluate, []  # evaluated: the problems each held-out run saw
 
-    def spy_evaluate(engine, tokenizer, problems, *args, **kwargs):
-        evaluated.append([(p.id, p.answer) for p in problems])
-        return real_evaluate(engine, tokenizer, problems, *args, **kwargs)
+    def spy_evaluate(engine, tokenizer, data, *args, **kwargs):
+        if not kwargs.get("keep_samples"):  # held-out; the probe set (runlog.probe) keeps its samples
+            evaluated.append([(p.id, p.answer) for p in data.problems])
+        return real_evaluate(engine, tokenizer, data, *args, **kwargs)
 
     monkeypatch.setattr(evaluation, "evaluate", spy_evaluate)
 

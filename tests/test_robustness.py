@@ -41,7 +41,7 @@ def _jsonl(path: Path) -> list[dict]:
     return [json.loads(l) for l in path.read_text().splitlines() if l.strip()]
 
 
-def _stable(rows: list[dict], drop=("gen_wall_s",)) -> list[dict]:
+def _stable(rows: list[dict], drop=("gen_wall_s", "lag_s")) -> list[dict]:  # lag_s: seconds from generation to training
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE) and k not in drop} for r in rows]
 
 

@@ -282,7 +282,7 @@ def test_config_rejects_inconsistent_settings(monkeypatch):
     with pytest.raises(ValueError, match="mini_batch_size"):
         train.parse_config(["--mini_batch_size", "48"])
     with pytest.raises(ValueError, match="--sampler_logprobs true"):
-        train.parse_config(["--tis_cap", "2", "--sampler_logprobs", "false"])
+        train.parse_config(["--offpolicy_objective", "decoupled", "--sampler_logprobs", "false"])
 
 
 def test_grpo_preset_turns_every_dapo_switch_off():

@@ -47,8 +47,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reas
 ARGS = ["--engine", "vllm", "--gen_shards", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "8",
         "--gen_prompts_per_round", "12", "--mini_batch_size", "16", "--micro_batch_size", "3", "--lr", "1e-5", "--seed", "3"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-# what differs between equal runs: the run id, wall times, and which engine group generated a rollout
-VOLATILE = {"run_id", "gen_wall_s", "gen_group"}
+# what differs between equal runs: the run id, wall times (generation, delay to training), and which engine group generated a rollout
+VOLATILE = {"run_id", "gen_wall_s", "lag_s", "gen_group"}
 
 
 def _env() -> dict:
