@@ -4,7 +4,7 @@ A rise in reward on the training prompts is not a rise in correctness: a policy 
 prompt's surface (its wording, its format) rather than the task. Scoring the same problems worded
 differently, with the same answers and the same sampling settings, separates the two: the gap
 (paraphrase minus original) of each accuracy metric, with a paired bootstrap interval over
-problems (eval.paired_bootstrap), says whether what the model can do survives a rewording.
+problems (estimators.paired_bootstrap), says whether what the model can do survives a rewording.
 
     python eval.py --data tiny --limit 100 --k 4 --paraphrases tiny --out OUT      # tiny.py's rewordings
     python eval.py --model DIR --data DATA --paraphrases para.jsonl --out OUT    # any data
@@ -165,7 +165,7 @@ def gaps(para: dict, original: dict, measured: dict, params, *, greedy: bool = F
 
 def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int, warnings: list) -> dict:
     """Paraphrase side of `eval.py compare A B`: {"paraphrase avg@k": A minus B on the paraphrases,
-    "gap avg@k": A's gap minus B's gap}, each eval.paired_bootstrap over the problems with paraphrases.
+    "gap avg@k": A's gap minus B's gap}, each estimators.paired_bootstrap over the problems with paraphrases.
 
     a, b: two report.json dicts with "paraphrase" (same problems and k, checked by eval.compare). A
     rise on the originals with no rise on the paraphrases shows as a widening (more negative) gap.
