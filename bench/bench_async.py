@@ -110,8 +110,8 @@ def learn(args) -> None:
         print(f"  {run.name}: {len(m)} steps, {sum(r['envelope/samples_generated'] for r in m)} samples, loop "
               f"{m[-1]['time/elapsed']:.1f} s; train.py's held-out avg@4 {s['heldout/avg@4']:.3f} -> {s['heldout_after/avg@4']:.3f}")
     a, b = evaluate(lag1, SCRATCH / "eval-lag1"), evaluate(sync, SCRATCH / "eval-inline")
-    out = subprocess.run([sys.executable, "eval.py", "compare", str(SCRATCH / "eval-lag1" / "report.json"),
-                          str(SCRATCH / "eval-inline" / "report.json")], cwd=REPO, capture_output=True, text=True, check=True)
+    reports = [str((SCRATCH / name / "report.json").relative_to(REPO)) for name in ("eval-lag1", "eval-inline")]
+    out = subprocess.run([sys.executable, "eval.py", "compare", *reports], cwd=REPO, capture_output=True, text=True, check=True)
     print(f"inline: {args.steps} steps in {t_sync:.1f} s; lag 1 given {budget:.1f} s (0.75x): eval.py avg@4 "
           f"lag 1 {a['metrics']['avg@4']:.3f}, inline {b['metrics']['avg@4']:.3f}")
     print(out.stdout.strip())
