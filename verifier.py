@@ -975,7 +975,13 @@ def _stop_workers() -> None:
 
 
 def _start_idle_worker() -> None:
-    worker = _MathWorker()
+    """Start a spare worker (in a background thread, after a timeout killed one). The spare is only a
+    head start: if it cannot start (an OSError from the OS, a worker that does not answer), nothing is
+    raised in the thread; the next call starts its own worker and raises the clear error there."""
+    try:
+        worker = _MathWorker()
+    except (OSError, RuntimeError):
+        return
     with _workers_lock:
         _idle_workers.append(worker)
 

@@ -1,24 +1,21 @@
-"""Tests of verifier.py: one table per mode, the holes that must stay closed, properties, the
-committed fixtures, and the CLI. The kinds of wrong verdict fixed in dapo-verifier-2 have their
-tables and properties in tests/test_verifier_kinds.py.
+"""Tests of verifier.py: one table per mode, the ground truths and modes a caller gets wrong, batch
+scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
+dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py; the guards (code
+in model text never executed, bounded time on expressions built to hang) in
+tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
 
 No test here bounds the speed of the "dapo" mode: that target (>= the official rule and >= 50,000
-responses/s on one core) is met and printed by bench/bench_verifier.py. The only wall-clock asserts
-are hang guards and time-limit checks, each with its margin stated where it is asserted.
+responses/s on one core) is met and printed by bench/bench_verifier.py.
 """
 
 from __future__ import annotations
 
-import inspect
 import io
 import json
-import multiprocessing
 import subprocess
 import sys
-import threading
-import time
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -286,153 +283,6 @@ def test_model_text_never_raises():
         for mode in MODES:
             s = score(response, "1", mode=mode)
             assert isinstance(s, Score) and not s.correct and s.reason in REASONS
-
-
-# --- code in model text: never executed ---------------------------------------------------------
-
-INJECTIONS = [
-    "__import__('os').system('touch {path}')",
-    "(lambda: __import__('os').system('touch {path}'))()",
-    "().__class__.__bases__[0].__subclasses__()[0]('touch {path}')",
-    "eval(\"open('{path}', 'w')\")",
-    "exec('import os; os.system(\"touch {path}\")')",
-    "lambda x: open('{path}', 'w')",
-    "os.system('touch {path}')",
-]
-
-
-@pytest.mark.parametrize("payload", INJECTIONS)
-def test_code_in_answer_is_never_executed(payload, tmp_path):
-    path = tmp_path / "pwned"
-    code = payload.format(path=path)
-    for response in (f"Answer: {code}", f"\\boxed{{{code}}}"):
-        for mode in MODES:
-            s = score(response, "13", mode=mode)
-            assert not s.correct, (mode, s)
-    assert not path.exists(), f"side effect: {path} was created"
-
-
-def test_math_worker_parser_does_not_execute_code(tmp_path):
-    """Past our own dunder filter too: the parser itself reads code as symbols, never runs it."""
-    path = tmp_path / "pwned"
-    preds = [p.format(path=path) for p in INJECTIONS]
-    reply = verifier._ask_math_worker({"truth": "13", "preds": preds}, 5.0)
-    assert reply["status"] in ("ok", "parse_error"), reply
-    assert reply.get("verdicts", [False]) == [False] * len(reply.get("verdicts", [False]))
-    assert not path.exists()
-
-
-# --- expressions that hang or explode: bounded time, reported as verifier exceptions ------------
-
-BOMBS = [
-    "9^{9^{9^{9}}}",
-    "100!!!!!!",
-    "(" * 400 + "1" + ")" * 400,
-    "{" * 400 + "1" + "}" * 400,
-    "9" * 990,
-    "10^{10^{10^{10}}} - 10^{10^{10^{10}}}",
-]
-
-
-def _ensure_idle_worker(limit_s: float = 300.0) -> None:
-    """Have a started math worker waiting, so that each timing below measures the time limit, not
-    a worker start-up (which score() does not count: see its docstring). After a timeout the killed
-    worker's replacement starts in a background thread: wait for it; with none starting, start one.
-    limit_s is a hang guard only (a start takes seconds)."""
-    deadline = time.monotonic() + limit_s
-    while not verifier._idle_workers and time.monotonic() < deadline:
-        if not any(thread.name == verifier._STARTER_THREAD for thread in threading.enumerate()):
-            verifier._start_idle_worker()
-        else:
-            time.sleep(0.05)
-    assert verifier._idle_workers, f"no math worker ready within {limit_s} s"
-
-
-# Text built to make string rules slow (backtracking, quadratic rescans, one check per marker):
-# 100-300 KB each, so a quadratic rule would take minutes on them. With each, the exact verdicts
-# (correct, reason) of "dapo" and "dapo-official" for the ground truth 3.
-STRING_BOMBS = [
-    ("answer:" * 40_000, (False, "multiple_answers"), (False, "wrong")),  # over 16 markers: spam
-    ("Answer: 1.5 or x\n" * 10_000 + "Answer: 3", (False, "multiple_answers"), (True, "ok")),
-    ("Answer: 1" + ", since" * 40_000, (False, "wrong"), (False, "no_answer")),
-    (":" * 200_000, (False, "no_answer"), (False, "no_answer")),
-    ("Answer: " + "1 " * 100_000, (False, "malformed"), (False, "no_answer")),  # over 1000 characters
-    ("box" * 100_000, (False, "no_answer"), (False, "no_answer")),
-    ("\\fbox" * 50_000, (False, "multiple_answers"), (False, "no_answer")),  # over 16 boxes
-    ("\\colorbox{" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
-    ("Answer: " + "`" * 100_000 + "3", (True, "ok"), (False, "no_answer")),
-    ("Answer: " + "\\[" * 50_000 + "3", (False, "malformed"), (False, "no_answer")),
-    ("Answer: 3" + " (because" * 30_000, (True, "ok"), (False, "no_answer")),
-    ("\uff1a answer" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
-]
-# Hang guard for the string rules: 1 s per call. A call normally takes 10-100 microseconds and
-# the largest bomb a few milliseconds, so the margin is over 100x even on a slow, busy machine.
-STRING_HANG_GUARD_S = 1.0
-# Hang guard for the math mode: the time limit plus 10 s. Killing a worker takes milliseconds; the
-# 10 s only absorb a loaded machine. A limit that is not enforced shows as a hang of minutes.
-MATH_HANG_MARGIN_S = 10.0
-
-
-@pytest.mark.parametrize("bomb, dapo, official", STRING_BOMBS, ids=range(len(STRING_BOMBS)))
-def test_string_bombs_are_linear(bomb, dapo, official):
-    for mode, verdict in (("dapo", dapo), ("dapo-official", official)):
-        start = time.monotonic()
-        s = score(bomb, "3", mode=mode)
-        elapsed = time.monotonic() - start
-        assert (s.correct, s.reason) == verdict, (mode, s.detail)
-        assert elapsed < STRING_HANG_GUARD_S, (mode, elapsed)
-
-
-def test_bombs_return_within_time_limit():
-    timeout_s = 1.0
-    for bomb in BOMBS:
-        for mode in MODES:
-            if mode == "math":
-                _ensure_idle_worker()
-            start = time.monotonic()
-            s = score(f"Answer: {bomb}", "13", mode=mode, timeout_s=timeout_s)
-            elapsed = time.monotonic() - start
-            assert not s.correct and s.reason in REASONS
-            if mode == "math":  # the limit, then the kill; a fresh worker starts in the background
-                assert elapsed < timeout_s + MATH_HANG_MARGIN_S, (bomb, elapsed, s)
-            else:
-                assert elapsed < STRING_HANG_GUARD_S, (bomb, mode, elapsed)
-
-
-def test_timeout_default_is_two_seconds_and_is_an_exception():
-    assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
-    _ensure_idle_worker()
-    start = time.monotonic()
-    s = score("Answer: 9^{9^{9^{9}}}", "13", mode="math")
-    elapsed = time.monotonic() - start
-    assert s.reason == "timeout" and s.reason in EXCEPTION_REASONS and not s.correct
-    # Not before the limit (a property of the code, on any machine), and a hang guard after it.
-    assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
-
-
-def test_timeout_works_in_a_thread():
-    results = []
-    thread = threading.Thread(target=lambda: results.append(score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0)))
-    start = time.monotonic()
-    thread.start()
-    thread.join(timeout=30)  # hang guard: 30 s for a 1 s limit
-    assert results and results[0].reason == "timeout"
-    assert time.monotonic() - start < 30
-
-
-def _score_in_child(response: str) -> tuple[str, float]:
-    start = time.monotonic()
-    s = score(response, "13", mode="math", timeout_s=1.0)
-    return s.reason, time.monotonic() - start
-
-
-def test_timeout_works_in_a_daemonic_worker_process():
-    # multiprocessing pool workers are daemonic and may not start multiprocessing children;
-    # the verifier's subprocess workers are allowed there.
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}",))
-        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}",))
-    assert (reason, ok_reason) == ("timeout", "ok")
 
 
 # --- batch scoring ------------------------------------------------------------------------------
