@@ -110,6 +110,25 @@ def inline(text: str, limit: int = 240) -> str:
 # --- the audit of a run ---------------------------------------------------------------------------------
 
 
+def iter_jsonl(path: str | Path):
+    """(line number from 1, parsed object) for each non-blank line of a run's JSONL file
+    (rollouts.jsonl, metrics.jsonl), read as a stream so a long run's records need not fit in memory.
+
+    Raises:
+        ValueError: a line is not JSON (named as path:line); a run killed mid-write leaves a partial
+            last line, which the message says to delete.
+    """
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield line_no, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{line_no} is not JSON ({e.msg}); a crash mid-write leaves a partial last line: "
+                                 "delete it") from e
+
+
 def age_bucket(age: int) -> tuple[int, str]:
     """(sort key, label) of a rollout age in steps: 0, 1, 2-3, 4-7, ... (powers of two, any staleness).
 
@@ -179,50 +198,42 @@ def audit_rollouts(path: str | Path, *, budget: int, n_steps: int, per_stratum: 
     modes: set[str] = set()
     phase_len = max(1, -(-n_steps // N_PHASES))
     per_phase = {f: [0] * N_PHASES for f in ["rewarded", *FLAGS]}  # rewarded answers and each flag, per training phase
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{line_no} is not JSON ({e.msg}); a crash mid-write leaves a partial last line: "
-                                 "delete it") from e
-            missing = [k for k in RECORD_FIELDS if k not in r] if isinstance(r, dict) else list(RECORD_FIELDS)
-            if missing:
-                raise ValueError(f"{path}:{line_no} is not a rollout record (rollout.RolloutRecord): no {', '.join(missing)}")
-            n += 1
-            has_leak = number_in(r["ground_truth"], r["prompt"])
-            leak[has_leak][0] += 1
-            leak[has_leak][1] += bool(r["correct"])
-            if not r["correct"]:
-                continue
-            rewarded += 1
-            key = _key(seed, r)
-            age = int(r["learner_version"]) - int(r["policy_version"])
-            flags = route(r["response"], r["pred"])
-            if number_in(r["pred"], r["prompt"]):
-                flags.append("answer_in_prompt")
-            modes.add(r["verifier"])
-            for mode, s in other_verdicts(r["response"], r["ground_truth"], r["verifier"]).items():
-                if s is not None and not s.correct:
-                    flags.append(f"disagrees_{mode}")
-            digest = hashlib.sha256(" ".join(r["response"].split()).encode()).digest()[:12]
-            entry = same.setdefault(digest, [[], 0, clip(r["response"], 600), key])
-            entry[1] += 1
-            if r["prompt_id"] not in entry[0] and len(entry[0]) < 20:
-                entry[0].append(r["prompt_id"])
-            ex = {**_example(r, flags, age), "_digest": digest}
-            phase = min(int(r["step"]) // phase_len, N_PHASES - 1)
-            per_phase["rewarded"][phase] += 1
-            for fl in flags:
-                counts[fl] += 1
-                per_phase[fl][phase] += 1
-                _keep(kept[fl], key, ex, examples)
-            stratum = (phase, age_bucket(age), length_bucket(int(r["response_tokens"]), bool(r["truncated"]), budget))
-            cell = strata.setdefault(stratum, [0, []])
-            cell[0] += 1
-            _keep(cell[1], key, ex, per_stratum)
+    for line_no, r in iter_jsonl(path):
+        missing = [k for k in RECORD_FIELDS if k not in r] if isinstance(r, dict) else list(RECORD_FIELDS)
+        if missing:
+            raise ValueError(f"{path}:{line_no} is not a rollout record (rollout.RolloutRecord): no {', '.join(missing)}")
+        n += 1
+        has_leak = number_in(r["ground_truth"], r["prompt"])
+        leak[has_leak][0] += 1
+        leak[has_leak][1] += bool(r["correct"])
+        if not r["correct"]:
+            continue
+        rewarded += 1
+        key = _key(seed, r)
+        age = int(r["learner_version"]) - int(r["policy_version"])
+        flags = route(r["response"], r["pred"])
+        if number_in(r["pred"], r["prompt"]):
+            flags.append("answer_in_prompt")
+        modes.add(r["verifier"])
+        for mode, s in other_verdicts(r["response"], r["ground_truth"], r["verifier"]).items():
+            if s is not None and not s.correct:
+                flags.append(f"disagrees_{mode}")
+        digest = hashlib.sha256(" ".join(r["response"].split()).encode()).digest()[:12]
+        entry = same.setdefault(digest, [[], 0, clip(r["response"], 600), key])
+        entry[1] += 1
+        if r["prompt_id"] not in entry[0] and len(entry[0]) < 20:
+            entry[0].append(r["prompt_id"])
+        ex = {**_example(r, flags, age), "_digest": digest}
+        phase = min(int(r["step"]) // phase_len, N_PHASES - 1)
+        per_phase["rewarded"][phase] += 1
+        for fl in flags:
+            counts[fl] += 1
+            per_phase[fl][phase] += 1
+            _keep(kept[fl], key, ex, examples)
+        stratum = (phase, age_bucket(age), length_bucket(int(r["response_tokens"]), bool(r["truncated"]), budget))
+        cell = strata.setdefault(stratum, [0, []])
+        cell[0] += 1
+        _keep(cell[1], key, ex, per_stratum)
     # same_response: a second pass over the digests (every rollout of a response rewarded on >= 2 problems)
     groups = [e for e in same.values() if len(e[0]) >= 2]
     counts["same_response"] = sum(e[1] for e in groups)

@@ -70,6 +70,9 @@ def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
 
     records: per-problem dicts from `evaluate` (fields correct (k bools), maj_correct, and
     greedy_correct when the greedy pass ran). All problems must have the same k.
+
+    Raises:
+        ValueError: the problems have different k, or k = 0.
     """
     correct = np.array([r["correct"] for r in records], dtype=bool)  # (P, k)
     if correct.ndim != 2 or correct.shape[1] < 1:
@@ -92,6 +95,8 @@ def bootstrap_ci(values: np.ndarray, *, n_boot: int, level: float, seed: int) ->
     same problems for M columns at once (then the bounds are (M,) arrays). This is uncertainty over
     which problems were drawn; within a problem pass@j is still the unbiased estimator, not a
     bootstrap over samples (docs/PITFALLS.md, failure 11).
+
+    Returns (lo, hi) at coverage `level`. Raises ValueError: no problem, n_boot < 1, or level not in (0, 1).
     """
     values = np.asarray(values, dtype=float)
     if len(values) == 0 or n_boot < 1 or not 0 < level < 1:
@@ -111,6 +116,9 @@ def paired_bootstrap(a: np.ndarray, b: np.ndarray, *, n_boot: int, level: float,
     a, b: (P,) per-problem values, problem i in the same position in both. Each resample draws
     problems once and takes both models' values on them, so problem difficulty cancels out.
     Returns {"a", "b", "diff", "lo", "hi", "excludes_zero"}.
+
+    Raises:
+        ValueError: a and b are not (P,) arrays of the same length (or bootstrap_ci's errors).
     """
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:

@@ -264,17 +264,8 @@ PHASES = ("time/generate", "time/score", "time/old_logprobs", "time/update", "ti
 
 
 def _read_jsonl(path: Path, fields: tuple | None = None) -> list[dict]:
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n} is not JSON ({e}); a crash mid-write leaves a partial last line: delete it") from e
-            out.append({k: row.get(k) for k in fields} if fields else row)
-    return out
+    """Every record of a run's JSONL file, keeping only `fields` when given (audit.iter_jsonl's errors)."""
+    return [{k: row.get(k) for k in fields} if fields else row for _, row in audit.iter_jsonl(path)]
 
 
 def load_run(run_dir: str | Path) -> dict:

@@ -60,18 +60,15 @@ def jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def throughput(run: Path) -> tuple[float, int, float]:
-    """(samples generated per second of the loop, samples, seconds)."""
+def throughput(run: Path) -> tuple[float, int, float, float]:
+    """(samples generated per second of the loop, samples, seconds, samples per second after step 0).
+
+    The last figure leaves out the pipeline's fill (with a generator process, its start-up and the
+    first batch, which the learner waits for whole)."""
     m = jsonl(run / "metrics.jsonl")
     samples, seconds = sum(r["envelope/samples_generated"] for r in m), m[-1]["time/elapsed"]
-    return samples / seconds, samples, seconds
-
-
-def steady_throughput(run: Path) -> float:
-    """Samples per second after the first step: without the pipeline's fill (with a generator process,
-    its start-up and the first batch, which the learner waits for whole)."""
-    m = jsonl(run / "metrics.jsonl")
-    return sum(r["envelope/samples_generated"] for r in m[1:]) / (m[-1]["time/elapsed"] - m[0]["time/elapsed"])
+    steady = (samples - m[0]["envelope/samples_generated"]) / (seconds - m[0]["time/elapsed"])
+    return samples / seconds, samples, seconds, steady
 
 
 def speed(args) -> None:
@@ -80,9 +77,9 @@ def speed(args) -> None:
     for rep in range(args.repeats):
         for lag in (0, 1):
             run = run_train(f"speed-lag{lag}-{rep}", flags + ["--max_policy_lag", str(lag)])
-            sps, n, sec = throughput(run)
+            sps, n, sec, after_step_0 = throughput(run)
             res[lag].append(sps)
-            steady[lag].append(steady_throughput(run))
+            steady[lag].append(after_step_0)
             print(f"  run {rep} lag {lag}: {n} samples in {sec:.1f} s = {sps:.1f} samples/s (after step 0: "
                   f"{steady[lag][-1]:.1f}), load {os.getloadavg()[0]:.2f}", flush=True)
     for name, r in (("whole loop", res), ("after step 0", steady)):
@@ -160,7 +157,7 @@ def ablation(args) -> None:
                 run = run_train(name, ["--steps", "100000", "--max_samples", str(args.samples), "--seed", str(seed),
                                        "--probe_every", "0", "--max_policy_lag", str(lag), "--offpolicy_objective", obj])
                 m, s = jsonl(run / "metrics.jsonl"), json.loads((run / "summary.json").read_text())
-                sps, n, sec = throughput(run)
+                sps, n, sec, _ = throughput(run)
                 diag = {k: statistics.mean(r[k] for r in m if k in r) for k in
                         ("offpolicy/weight_mean", "offpolicy/weight_min", "offpolicy/weight_max", "offpolicy/over_cap_frac",
                          "offpolicy/ess", "offpolicy/kl_k3") if any(k in r for r in m)}
