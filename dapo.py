@@ -291,7 +291,7 @@ def aggregate_loss(
     The Dr. GRPO constant: "seq-mean-token-sum-norm" divides by num_seqs * max_len, as the Dr. GRPO
     paper (Liu et al., 2025, arXiv 2503.20783) and TRL's loss_type="dr_grpo" do. verl's mode of the
     same name divides by max_len only (a factor of the batch size larger, which matters under
-    gradient-norm clipping); README "Departures" lists it.
+    gradient-norm clipping); docs/algorithm.md "Departures" lists it.
 
     Args:
         loss_tok: (B, T) float, per-token loss from policy_loss (0 at mask == 0).

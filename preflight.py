@@ -213,7 +213,7 @@ def render_sheet(res: dict, answers: list[dict], prompts: dict[str, str]) -> str
     s, c = res["settings"], res["counts"]
     out = ["# Pre-flight sheet: the starting policy on a fixed set of training prompts", "",
            "Read the listed answers; tick each box or note what is wrong. A verdict the verifier gets wrong here is a reward "
-           "the policy will be trained on (verifier.py; README 'Pre-flight').", "", "## Settings", ""]
+           "the policy will be trained on (verifier.py; docs/evaluation.md).", "", "## Settings", ""]
     out += [f"- {k}: `{v}`" for k, v in s.items()]
     out += ["", "## Verdicts (" + s["verifier"] + " mode)", "", "| reason | answers | share | meaning |", "|---|---:|---:|---|"]
     out += [f"| {r} | {k} | {k / c['answers']:.3f} | {verifier.REASON_DOCS.get(r, '')} |" for r, k in c["reasons"].items()]

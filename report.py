@@ -236,7 +236,7 @@ def diagnose(metrics: list[dict], cfg: dict | None) -> list[Finding]:
     `THRESHOLDS`, rendered into report.md).
 
     Args:
-        metrics: metrics.jsonl of a run, one dict per rollout step in step order (README "Metrics");
+        metrics: metrics.jsonl of a run, one dict per rollout step in step order (docs/metrics.md);
             missing keys (older runs, skipped steps) are ignored, not read as zeros.
         cfg: the run's train.Config fields (config.json "config"), or None when unknown; severity
             and some checks depend on which switches were on.

@@ -3,7 +3,7 @@
 Plumbing a learner may skip on first reading (with plumbing.py). What a run directory holds:
 
     config.json            run id, the whole config, data and verifier versions, engine
-    metrics.jsonl          one line per rollout step (README "Metrics")
+    metrics.jsonl          one line per rollout step (docs/metrics.md)
     rollouts.jsonl         one RolloutRecord per rollout, with its provenance (rollout.py)
     probe_rollouts.jsonl   the fixed probe set's rollouts
     checkpoints/           resumable checkpoints (atomic; `latest` names the newest)
@@ -153,7 +153,7 @@ def peak_memory_gb(device) -> float:
 
 
 def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
-    """Per-step diagnostics of everything generated, and of what was trained on (README "Metrics").
+    """Per-step diagnostics of everything generated, and of what was trained on (docs/metrics.md).
 
     generated, kept: train.Group lists. cfg: group_size, degenerate_min_len, degenerate_share.
     """

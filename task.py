@@ -12,7 +12,7 @@ them through it:
 train.py (rollouts, the probe set, held-out evaluation) and eval.py use the same `score`, so a
 number in a training log and a number in an evaluation report come from one rule. To train on
 another task, subclass Task, override these three methods, and pass `train.train(cfg, task=MyTask())`
-(README "Add a task"; tests/test_fork.py does exactly that). The soft overlong punishment is not
+(docs/forking.md; tests/test_fork.py does exactly that). The soft overlong punishment is not
 part of the task: it is DAPO's reward shaping (dapo.overlong_penalty) and train.py adds it.
 
 `cfg` is any object with the fields a method reads (train.Config has them all; eval.py builds its

@@ -20,7 +20,7 @@ then `train`, whose loop names each stage:
 
 The math of each stage is one function of dapo.py; processes, model loading, FSDP2, checkpoints
 and log files are in plumbing.py, which a first reading can skip. How this code departs from the
-paper and the official code: README "Departures from the paper and the official code".
+paper and the official code: docs/algorithm.md "Departures from the paper and the official code".
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
-    # off-policy correction (README "Asynchronous generation"): naive = the paper's loss
+    # off-policy correction (docs/async.md): naive = the paper's loss
     offpolicy_objective: str = F("naive", f"one of {dapo.OFFPOLICY_OBJECTIVES}: naive (old = the learner's recomputed log-probs, "
                                  "the official loss), bypass (old = the sampler's), decoupled (clip around the learner's, each "
                                  "token weighted by min(pi_old / pi_sampler, C): truncated importance sampling at no lag)")
@@ -561,7 +561,7 @@ class OldLogprobs:
             out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
         w = {k: (all_reduce_max(v, dist) if k == "max" else -all_reduce_max(-v, dist) if k == "min" else all_reduce_sum(v, dist))
              for k, v in self.weights.items()}
-        if w["n"] > 0:  # pi_old / pi_sampler over loss tokens: 1 when the sampler is the learner (README "Metrics")
+        if w["n"] > 0:  # pi_old / pi_sampler over loss tokens: 1 when the sampler is the learner (docs/metrics.md)
             out |= {"offpolicy/weight_mean": w["sum"] / w["n"], "offpolicy/weight_min": w["min"], "offpolicy/weight_max": w["max"],
                     "offpolicy/over_cap_frac": w["over"] / w["n"], "offpolicy/kl_k3": w["kl"] / w["n"],
                     "offpolicy/ess": w["sum"] ** 2 / (w["n"] * w["sq"]) if w["sq"] > 0 else 0.0}

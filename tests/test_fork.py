@@ -1,4 +1,4 @@
-"""The two fork guides of the README, done exactly as they say.
+"""The two fork guides of docs/forking.md, done exactly as they say.
 
 "Add a task": a new task is a subclass of task.Task with its own problems (`read`), prompt
 (`messages`) and reward (`score`), passed to train.train; nothing else is edited. The toy task
