@@ -83,6 +83,7 @@ for name, (prompts, seed) in cases.items():
         out[name] = str(e)
 with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)
+dist.barrier()  # no rank tears down gloo while another still uses it
 dist.destroy_process_group()
 '''
 
