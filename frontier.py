@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import audit
-from estimators import DIVERSITY, bootstrap_ci, diversity_curve, maj_at_j_curve, pass_at_k
+from estimators import DIVERSITY, bootstrap_ci, diversity_curve, maj_at_j_curve, paired_bootstrap, pass_at_k
 
 # Settings that must agree between the models for their costs to be comparable (else a warning).
 SAME_EXECUTOR = ("dataset_hash", "n_problems", "temperature", "top_p", "max_new_tokens", "seed", "verifier",
@@ -121,9 +121,13 @@ def build(reports: list[dict], model_names: list[str], ks: list[int], costs: lis
         model_names: one per report (`names`). costs: `training_cost` per report (None: none).
         n_boot, level, seed: the bootstrap over problems.
 
-    Returns {"ks", "level", "models": {name: {"avg@1": [m, lo, hi], "tokens_per_sample", "rows":
-    [{"k", "tokens": [m, lo, hi], "maj", "pass", DIVERSITY...}], "training", "settings"}},
-    "crossings": [...], "warnings": [...]}.
+    Returns {"ks", "level", "n_problems", "models": {name: {"avg@1": [m, lo, hi], "n_samples",
+    "tokens_per_sample", "rows": [{"k", "tokens": [m, lo, hi], "maj", "pass", DIVERSITY...}],
+    "training", "settings"}}, "crossings": [{"base", "trained", "metric", "target_avg@1", "k" (the
+    smallest budget 1..max(ks) whose base value reaches the target, or None), "value",
+    "tokens_per_problem", "trained_tokens_per_problem", "paired_diff": base at k (or max(ks)) minus
+    the trained avg@1, estimators.paired_bootstrap, "k_not_shown_worse": the smallest budget whose
+    paired interval reaches 0, or None}], "warnings": [settings that differ]}.
 
     Raises:
         ValueError: the reports cover different problems, or a budget exceeds a report's samples.
@@ -156,10 +160,16 @@ def build(reports: list[dict], model_names: list[str], ks: list[int], costs: lis
             curve = base[metric].mean(0)  # (max k,) the base policy at every budget 1..max k
             hit = np.nonzero(curve >= target)[0]
             j = int(hit[0]) + 1 if len(hit) else None
+            at = (j or max(ks)) - 1  # the paired difference at the crossing, or at the largest budget
+            diff = paired_bootstrap(base[metric][:, at], every[name]["avg@1"], n_boot=n_boot, level=level, seed=seed)
+            _, hi = bootstrap_ci(base[metric] - every[name]["avg@1"][:, None], n_boot=n_boot, level=level, seed=seed)  # (max k,)
+            reach = np.nonzero(hi >= 0)[0]  # budgets whose paired interval reaches 0: not shown worse
             crossings.append({"base": model_names[0], "trained": name, "metric": f"{metric}@k", "target_avg@1": target,
                               "k": j, "value": None if j is None else float(curve[j - 1]),
                               "tokens_per_problem": None if j is None else float(base["tokens"].mean(0)[j - 1]),
-                              "trained_tokens_per_problem": models[name]["tokens_per_sample"]})
+                              "trained_tokens_per_problem": models[name]["tokens_per_sample"],
+                              "paired_diff": {"k": at + 1, **diff},
+                              "k_not_shown_worse": int(reach[0]) + 1 if len(reach) else None})
     return {"ks": ks, "level": level, "n_problems": len(ids[0]), "models": models, "crossings": crossings,
             "warnings": warnings}
 
@@ -171,15 +181,20 @@ def _ci(x: list) -> str:
 def reading(res: dict) -> list[str]:
     """One sentence per (trained model, metric): the budget at which the base policy meets its avg@1."""
     out = []
+    pct = round(100 * res["level"])
     for c in res["crossings"]:
         what = "majority vote (maj@k)" if c["metric"] == "maj@k" else "verified best-of-k (pass@k)"
+        d = c["paired_diff"]
+        paired = (f"paired difference at k = {d['k']}: {d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] ({pct}% over "
+                  "problems); " + (f"the paired interval first reaches 0 at k = {c['k_not_shown_worse']}" if c["k_not_shown_worse"]
+                                   else f"shown worse at every k <= {max(res['ks'])}"))
         if c["k"] is None:
             out.append(f"{c['base']} with {what} stays below {c['trained']}'s avg@1 {c['target_avg@1']:.3f} up to "
-                       f"k = {max(res['ks'])}.")
+                       f"k = {max(res['ks'])}; {paired}.")
         else:
             out.append(f"{c['base']} with {what} reaches {c['trained']}'s avg@1 {c['target_avg@1']:.3f} at k = {c['k']} "
                        f"({c['value']:.3f}), {c['tokens_per_problem']:.0f} generated tokens per problem against "
-                       f"{c['trained_tokens_per_problem']:.0f} for one sample of {c['trained']}.")
+                       f"{c['trained_tokens_per_problem']:.0f} for one sample of {c['trained']}; {paired}.")
     return out
 
 
@@ -213,7 +228,7 @@ def plot(res: dict, path: Path) -> None:
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    fig, (ax, ax_d, ax_h) = plt.subplots(1, 3, figsize=(14, 4.2))
+    fig, (ax, ax_d, ax_h) = plt.subplots(1, 3, figsize=(14, 4.8))
     err = lambda cells: np.abs(np.array([[c[1], c[2]] for c in cells]).T - [c[0] for c in cells])  # noqa: E731 (2, J)
     for i, (name, m) in enumerate(res["models"].items()):
         color, rows = f"C{i}", m["rows"]
@@ -231,14 +246,15 @@ def plot(res: dict, path: Path) -> None:
         for axis, key in ((ax_d, "distinct_answers"), (ax_h, "answer_entropy_bits")):
             cells = [r[key] for r in rows]
             axis.errorbar(ks, [c[0] for c in cells], yerr=err(cells), fmt="-o", color=color, ms=4, capsize=2, label=name)
-    ax.set(xscale="log", xlabel="generated tokens per problem", ylabel="verified success", title="success per token")
+    ax.set(xscale="log", xlabel="generated tokens per problem", ylabel="verified success",
+           title="success against generated tokens")
     for axis, label in ((ax_d, "distinct final answers"), (ax_h, "answer entropy (bits)")):
         axis.set(xscale="log", xlabel="k (samples per problem)", ylabel=label, title=f"{label} against k")
         axis.set_xticks(res["ks"], [str(k) for k in res["ks"]])
         axis.legend(fontsize=7)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2)  # below: the curves fill the panel
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    fig.savefig(path, dpi=80)
     plt.close(fig)
 
 

@@ -147,12 +147,16 @@ def test_build_derives_every_budget_and_the_crossing():
         assert cell[1] <= cell[0] <= cell[2]
     by = {c["metric"]: c for c in res["crossings"]}
     assert by["pass@k"]["k"] is None and by["maj@k"]["k"] is None  # 1/2 at most: never 7/8
+    # paired, per problem at k = 4: pass [1, 0] - avg@1 [1, 3/4] reaches 0 when only p0 is drawn; maj [0, 0] never does
+    assert by["pass@k"]["paired_diff"]["diff"] == pytest.approx(-3 / 8) and by["pass@k"]["k_not_shown_worse"] == 4
+    assert by["maj@k"]["paired_diff"]["hi"] < 0 and by["maj@k"]["k_not_shown_worse"] is None
     md = frontier.markdown(res)
     assert "| base | 4 | 60.0 |" in md and "stays below trained's avg@1 0.875 up to k = 4" in md
     low = frontier.build([BASE, report("weak", [([0] * 4, [False] * 4, [1] * 4), ([0, 1, 2, 3], [True, False, False, False], [1] * 4)])],
                          ["base", "weak"], [1, 2, 4], [None, None], n_boot=50, level=0.9, seed=0)
     by = {c["metric"]: c for c in low["crossings"]}  # weak's avg@1 is 1/8: the base reaches it at once
     assert (by["pass@k"]["k"], by["maj@k"]["k"], by["pass@k"]["tokens_per_problem"]) == (1, 1, 15)
+    assert by["pass@k"]["paired_diff"]["diff"] == 0 and by["pass@k"]["k_not_shown_worse"] == 1  # [1/4, 0] - [0, 1/4]
     with pytest.raises(ValueError, match="needs 8 samples per problem"):
         frontier.build([BASE, TRAINED], ["base", "trained"], [8], [None, None], n_boot=10, level=0.9, seed=0)
 
