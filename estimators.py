@@ -117,6 +117,14 @@ def _log_comb(n: int) -> np.ndarray:
     return out
 
 
+def _n_samples(labels: list, per_sample: list, who: str, what: str) -> int:
+    """n = len(labels). Raises ValueError unless per_sample has one `what` per sample and 1 <= n <= MAX_SUBSET_N."""
+    if len(per_sample) != len(labels) or not 1 <= len(labels) <= MAX_SUBSET_N:
+        raise ValueError(f"{who} needs 1..{MAX_SUBSET_N} samples with one {what} each, got {len(labels)} labels and "
+                         f"{len(per_sample)} {what}s")
+    return len(labels)
+
+
 def maj_at_j_curve(labels: list, correct: list) -> np.ndarray:
     """Unbiased maj@j for every budget j = 1..n from one problem's n samples: (n,) float64, entry j - 1.
 
@@ -138,10 +146,7 @@ def maj_at_j_curve(labels: list, correct: list) -> np.ndarray:
     Raises:
         ValueError: labels and correct differ in length, no sample, or n > MAX_SUBSET_N.
     """
-    n = len(labels)
-    if len(correct) != n or not 1 <= n <= MAX_SUBSET_N:
-        raise ValueError(f"maj_at_j_curve needs 1..{MAX_SUBSET_N} samples with one verdict each, got {n} labels "
-                         f"and {len(correct)} verdicts")
+    n = _n_samples(labels, correct, "maj_at_j_curve", "verdict")
     sizes = Counter(lab for lab in labels if lab is not None)
     verdict: dict = {}
     for lab, c in zip(labels, correct):
@@ -201,10 +206,7 @@ def diversity_curve(labels: list, responses: list) -> dict[str, np.ndarray]:
     Raises:
         ValueError: labels and responses differ in length, no sample, or n > MAX_SUBSET_N.
     """
-    n = len(labels)
-    if len(responses) != n or not 1 <= n <= MAX_SUBSET_N:
-        raise ValueError(f"diversity_curve needs 1..{MAX_SUBSET_N} samples with one response each, got {n} labels "
-                         f"and {len(responses)} responses")
+    n = _n_samples(labels, responses, "diversity_curve", "response")
     sizes = list(Counter(lab for lab in labels if lab is not None).values())
     outcomes = sizes + ([n - sum(sizes)] if sum(sizes) < n else [])  # "no answer" is one outcome of the entropy
     lc = _log_comb(n)

@@ -67,8 +67,8 @@ import plumbing
 import rollout
 import verifier
 from cli import F
-from estimators import (DIVERSITY, MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k,  # noqa: F401
-                        majority_vote, paired_bootstrap, pass_at_k, problem_scores)
+from estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
+                        paired_bootstrap, pass_at_k, problem_scores)
 from plumbing import Dist, rank_seed, repo_commit, shard, unshard
 from rollout import SamplingParams
 from task import Dataset, Task
@@ -120,8 +120,8 @@ class EvalConfig:
 
 def parse_args(argv: list[str] | None) -> EvalConfig:
     ap = cli.ArgumentParser(usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
-                                       "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]\n"
-                                       "       %(prog)s frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [--FLAG VALUE ...]",
+                            "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]\n"
+                            "       %(prog)s frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [--FLAG VALUE ...]",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_dataclass_flags(ap, EvalConfig, defaults=True)
     cfg = EvalConfig(**vars(ap.parse_args(argv)))

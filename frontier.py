@@ -1,4 +1,4 @@
-"""The cost frontier: more samples of the base policy, or training? Verified success and diversity per generated token (eval.py frontier).
+"""The cost frontier (eval.py frontier): more samples of the base policy or training, at equal generated tokens?
 
     python eval.py frontier --models assets/tiny-base runs/default --k 1 2 4 8 16 32 --data tiny --limit 256 --out DIR
 

@@ -255,13 +255,11 @@ def diagnose(metrics: list[dict], cfg: dict | None) -> list[Finding]:
 
 # --- the run report (python report.py RUN_DIR [RUN_DIR2] [--out DIR]) ------------------------------------
 
-# rollouts.jsonl fields the report reads (rollout.RolloutRecord) and their JSON types (a missing one is None:
-# older runs); the rest (texts) is not kept in memory
-ROLLOUT_FIELDS = {"step": "integer", "policy_version": "integer", "learner_version": "integer", "response_tokens": "integer",
-                  "truncated": "boolean", "correct": "boolean", "reward": "number", "verifier_reason": "string", "gen_wall_s": "number",
-                  "verifier_version": "string", "dataset_hash": "string"}
-_JSON_TYPES = {"integer": lambda v: isinstance(v, int) and not isinstance(v, bool), "boolean": lambda v: isinstance(v, bool),
-               "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool), "string": lambda v: isinstance(v, str)}
+# rollouts.jsonl fields the report reads (rollout.RolloutRecord) and their JSON types (missing in older runs: None);
+# the rest (texts) is not kept in memory
+ROLLOUT_FIELDS = {"step": int, "policy_version": int, "learner_version": int, "response_tokens": int, "truncated": bool,
+                  "correct": bool, "reward": float, "verifier_reason": str, "gen_wall_s": float, "verifier_version": str,
+                  "dataset_hash": str}
 ENVELOPE_SUMS = ("prompts_generated", "samples_generated", "active_samples", "trained_tokens")  # summed over steps
 ENVELOPE_MAXES = ("max_response_len", "max_prompt_len")  # the largest over steps
 PHASES = ("time/generate", "time/score", "time/old_logprobs", "time/update", "time/weight_sync")
@@ -269,31 +267,25 @@ RUN_FILE_FIX = "pass a run directory written by train.py --run_dir (a damaged fi
 
 
 def _read_jsonl(path: Path, types: dict | None = None) -> list[dict]:
-    """Every record of a run's JSONL file (audit.iter_jsonl's errors), each a JSON object; with
-    `types`, only those fields, each of its type or null; without, every value a number or null
-    (metrics.jsonl).
-
-    Raises:
-        ValueError: a record that is not an object, or a value of the wrong type, named as path:line.
-    """
+    """Every record of a run's JSONL file (audit.iter_jsonl's errors), each a JSON object: with `types`
+    only those fields, each of its type (float takes integers; bool is no number) or null; else
+    every value a number or null (metrics.jsonl). Raises ValueError naming path:line."""
     rows = []
     for line_no, row in audit.iter_jsonl(path):
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{line_no} is not a JSON object; {RUN_FILE_FIX}")
-        if types:
-            row = {k: row.get(k) for k in types}
+        row = {k: row.get(k) for k in types} if types else row
         for k, v in row.items():
-            want = types[k] if types else "number"
-            if v is not None and not _JSON_TYPES[want](v):
-                raise ValueError(f"{path}:{line_no}: {k} is {v!r}, not a {want}; {RUN_FILE_FIX}")
+            want = types[k] if types else float
+            typed = isinstance(v, bool) == (want is bool) and isinstance(v, (int, float) if want is float else want)
+            if v is not None and not typed:
+                raise ValueError(f"{path}:{line_no}: {k} is {v!r}, not of type {want.__name__}; {RUN_FILE_FIX}")
         rows.append(row)
     return rows
 
 
 def _read_json(path: Path) -> dict:
-    """A run's JSON object file (config.json, summary.json); {} when absent.
-
-    Raises ValueError: not JSON, or not an object, naming the file."""
+    """A run's config.json or summary.json ({} when absent). Raises ValueError: not a JSON object, naming the file."""
     if not path.is_file():
         return {}
     try:

@@ -135,7 +135,8 @@ def test_evaluate_votes_by_class_in_math_mode():
     params = dataclasses.replace(PARAMS, n=5)
     res = ev.evaluate(ScriptedEngine(script), FakeTokenizer(), data, params, dataclasses.replace(CFG, verifier="math"), Task())
     (rec,) = res["per_problem"]
-    assert (rec["maj_correct"], rec["maj_pred"], rec["classes"], rec["distinct_answers"]) == (True, "\\frac{1}{2}", [0, 0, 0, 1, 1], 2)
+    assert (rec["maj_correct"], rec["maj_pred"], rec["classes"], rec["distinct_answers"]) == \
+        (True, "\\frac{1}{2}", [0, 0, 0, 1, 1], 2)
     assert res["metrics"]["maj@5"] == 1.0 and res["settings"]["maj_equality"].startswith("math-verify")
 
 

@@ -152,8 +152,8 @@ def test_build_derives_every_budget_and_the_crossing():
     assert by["maj@k"]["paired_diff"]["hi"] < 0 and by["maj@k"]["k_not_shown_worse"] is None
     md = frontier.markdown(res)
     assert "| base | 4 | 60.0 |" in md and "stays below trained's avg@1 0.875 up to k = 4" in md
-    low = frontier.build([BASE, report("weak", [([0] * 4, [False] * 4, [1] * 4), ([0, 1, 2, 3], [True, False, False, False], [1] * 4)])],
-                         ["base", "weak"], [1, 2, 4], [None, None], n_boot=50, level=0.9, seed=0)
+    weak = report("weak", [([0] * 4, [False] * 4, [1] * 4), ([0, 1, 2, 3], [True, False, False, False], [1] * 4)])
+    low = frontier.build([BASE, weak], ["base", "weak"], [1, 2, 4], [None, None], n_boot=50, level=0.9, seed=0)
     by = {c["metric"]: c for c in low["crossings"]}  # weak's avg@1 is 1/8: the base reaches it at once
     assert (by["pass@k"]["k"], by["maj@k"]["k"], by["pass@k"]["tokens_per_problem"]) == (1, 1, 15)
     assert by["pass@k"]["paired_diff"]["diff"] == 0 and by["pass@k"]["k_not_shown_worse"] == 1  # [1/4, 0] - [0, 1/4]

@@ -122,8 +122,8 @@ def test_load_jsonl_errors_name_the_line(tmp_path, lines, error):
 
 
 def test_load_refuses_unknown_specs(tmp_path):
-    for spec, err, msg in (("tiny:x", ValueError, "expected 'tiny' or 'tiny:K'"), ("tiny:7", ValueError, r"with K in 1..5 \(the styles"),
-                           ("tiny:0", ValueError, "with K in 1..5"), ("tiny:", ValueError, "with K in 1..5"),
+    for spec, err, msg in (("tiny:x", ValueError, "expected 'tiny' or 'tiny:K'"), ("tiny:0", ValueError, "with K in 1..5"),
+                           ("tiny:7", ValueError, r"with K in 1..5 \(the styles"), ("tiny:", ValueError, "with K in 1..5"),
                            ("para.txt", ValueError, "expected 'tiny', 'tiny:K' or a .jsonl"),
                            (str(tmp_path / "none.jsonl"), FileNotFoundError, "no such file")):
         with pytest.raises(err, match=msg):
