@@ -68,7 +68,10 @@ def training_cost(model: str) -> dict | None:
     else:
         return None
     steps = [row for _, row in audit.iter_jsonl(run / "metrics.jsonl")]
-    summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    try:
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{run / 'summary.json'} is not JSON ({e.msg} at line {e.lineno}): rerun or restore it") from e
     generated = (sum(row.get("response_tokens", 0) for _, row in audit.iter_jsonl(run / "rollouts.jsonl"))
                  if (run / "rollouts.jsonl").is_file() else None)
     return {"run_dir": str(run), "steps": summary.get("steps", len(steps)), "seconds": summary.get("seconds"),
@@ -81,25 +84,27 @@ def curves(report: dict, ks: list[int]) -> dict[str, np.ndarray]:
 
     Returns {"avg@1": (P,), "pass": (P, J), "maj": (P, J), "tokens": (P, J), DIVERSITY names: (P, J)}
     with J = len(ks), budgets in the order given; each column the subset mean (module docstring).
-    A report written before answer classes were recorded votes on its answer strings.
 
     Raises:
-        ValueError: a budget above the report's samples per problem.
+        ValueError: a budget above the report's samples per problem, or a report written before
+            answer classes and token counts were recorded.
     """
-    n = report["settings"]["k"]
+    n, model = report["settings"]["k"], report["settings"].get("model")
     if max(ks) > n:
-        raise ValueError(f"budget k={max(ks)} needs {max(ks)} samples per problem; the report of "
-                         f"{report['settings'].get('model')!r} has {n}: measure it again with --k {max(ks)}")
+        raise ValueError(f"budget k={max(ks)} needs {max(ks)} samples per problem; the report of {model!r} has {n}: "
+                         f"measure it again with --k {max(ks)}")
+    if not all({"classes", "response_class", "lengths"} <= set(r) for r in report["per_problem"]):
+        raise ValueError(f"the report of {model!r} has no answer classes or token counts (written by an older eval.py): "
+                         "measure it again")
     cols = np.array(ks) - 1  # (J,) entry j - 1 of each curve
     out: dict[str, list] = {"avg@1": [], "pass": [], "maj": [], "tokens": [], **{d: [] for d in DIVERSITY}}
     for r in report["per_problem"]:
-        labels = r.get("classes", r.get("preds"))
-        c = int(sum(r["correct"]))
+        labels, c = r["classes"], int(sum(r["correct"]))
         out["avg@1"].append(c / n)
         out["pass"].append([pass_at_k(n, c, j) for j in ks])
         out["maj"].append(maj_at_j_curve(labels, r["correct"])[cols])
         out["tokens"].append(np.array(ks) * np.mean(r["lengths"]))
-        div = diversity_curve(labels, r.get("response_class", list(range(n))))
+        div = diversity_curve(labels, r["response_class"])
         for d in DIVERSITY:
             out[d].append(div[d][cols])
     return {key: np.array(v, dtype=float) for key, v in out.items()}

@@ -113,6 +113,11 @@ def test_load_jsonl_keyed_by_problem_id(tmp_path):
     ([{"id": "zzz", "problem": "Compute 12+30."}], "holds no paraphrase of the 3 evaluated problems"),
     ([{"id": "p0"}], r"para.jsonl:1: expected a JSON object with 'id' and a non-empty 'problem' or 'prompt'"),
     (["not json"], r"para.jsonl:1: not valid JSON"),
+    ([{"id": ["p0"], "problem": "Compute 12+30."}], r"para.jsonl:1: 'id' must be a string or an integer"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "prompt": 5}], r"para.jsonl:1: expected .*, not both"),
+    ([{"id": "p0", "prompt": ""}], r"para.jsonl:1: expected a JSON object with 'id' and a non-empty"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "style": {"a": 1}}], r"para.jsonl:1: 'style' must be a string"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "answer": None}], r"para.jsonl:1: 'answer' must be a string or an integer"),
 ])
 def test_load_jsonl_errors_name_the_line(tmp_path, lines, error):
     path = tmp_path / "para.jsonl"
