@@ -118,8 +118,9 @@ class EvalConfig:
     out: str = F("", "directory for report.json and report.md ('' = print only)")
 
 
-def parse_args(argv: list[str] | None) -> EvalConfig:
-    ap = cli.ArgumentParser(usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
+def parse_args(argv: list[str] | None, prog: str | None = None) -> EvalConfig:
+    """EvalConfig from the command line, checked (`check_eval_config`); prog names the command in errors."""
+    ap = cli.ArgumentParser(prog=prog, usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
                             "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]\n"
                             "       %(prog)s frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [--FLAG VALUE ...]",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -541,7 +542,7 @@ def frontier_main(argv: list[str]) -> dict | None:
                     "every other flag is `python eval.py`'s (--data, --limit, --temperature, ...), the same for every model")
     args, rest = ap.parse_known_args(argv)
     frontier.check_budgets(args.k)
-    ecfg = parse_args(["--greedy", "false", *rest, "--k", str(max(args.k))])
+    ecfg = parse_args(["--greedy", "false", *rest, "--k", str(max(args.k))], prog="eval.py frontier")
     if ecfg.model or ecfg.out or ecfg.paraphrases:
         raise ValueError("eval.py frontier takes its models from --models and its output directory from --out; "
                          "drop --model, --paraphrases and eval.py's own --out")
