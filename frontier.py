@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import audit
-from estimators import DIVERSITY, bootstrap_ci, diversity_curve, maj_at_j_curve, paired_bootstrap, pass_at_k
+from estimators import DIVERSITY, MAJ_SUBSET_TIE_RULE, bootstrap_ci, diversity_curve, maj_at_j_curve, paired_bootstrap, pass_at_k
 
 # Settings that must agree between the models for their costs to be comparable (else a warning).
 SAME_EXECUTOR = ("dataset_hash", "n_problems", "temperature", "top_p", "max_new_tokens", "seed", "verifier",
@@ -126,7 +126,7 @@ def build(reports: list[dict], model_names: list[str], ks: list[int], costs: lis
         model_names: one per report (`names`). costs: `training_cost` per report (None: none).
         n_boot, level, seed: the bootstrap over problems.
 
-    Returns {"ks", "level", "n_problems", "models": {name: {"avg@1": [m, lo, hi], "n_samples",
+    Returns {"ks", "level", "n_problems", "maj_tie_rule", "models": {name: {"avg@1": [m, lo, hi], "n_samples",
     "tokens_per_sample", "rows": [{"k", "tokens": [m, lo, hi], "maj", "pass", DIVERSITY...}],
     "training", "settings"}}, "crossings": [{"base", "trained", "metric", "target_avg@1", "k" (the
     smallest budget 1..max(ks) whose base value reaches the target, or None), "value",
@@ -175,8 +175,8 @@ def build(reports: list[dict], model_names: list[str], ks: list[int], costs: lis
                               "trained_tokens_per_problem": models[name]["tokens_per_sample"],
                               "paired_diff": {"k": at + 1, **diff},
                               "k_not_shown_worse": int(reach[0]) + 1 if len(reach) else None})
-    return {"ks": ks, "level": level, "n_problems": len(ids[0]), "models": models, "crossings": crossings,
-            "warnings": warnings}
+    return {"ks": ks, "level": level, "n_problems": len(ids[0]), "maj_tie_rule": MAJ_SUBSET_TIE_RULE, "models": models,
+            "crossings": crossings, "warnings": warnings}
 
 
 def _ci(x: list) -> str:
