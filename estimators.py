@@ -18,7 +18,7 @@ import numpy as np
 MAJ_TIE_RULE = ("answers vote by class (the answers the verifier judges equal, `answer_classes`); unextracted "
                 "(None) answers do not vote; a tie goes to the class whose first answer comes earliest in sample "
                 "order, and the verdict is that first answer's; no extracted answer = wrong")
-MAJ_SUBSET_TIE_RULE = ("maj@j for j < k: the mean over all C(k, j) subsets of j samples; a tie in a subset counts "
+MAJ_SUBSET_TIE_RULE = ("maj@j from k samples, j <= k: the mean over all C(k, j) subsets of j samples; a tie in a subset counts "
                        "the share of tied classes that are right (a uniformly random pick; for exchangeable samples "
                        "the same expectation as the earliest-first rule)")
 DIVERSITY = ("distinct_answers", "answer_entropy_bits", "duplicate_response_frac")  # diversity_curve's names
