@@ -1,4 +1,4 @@
-"""Measuring a model: avg@k, unbiased pass@k, maj@k, greedy pass@1, and exactly what was measured.
+"""Measuring a model: avg@k, unbiased pass@k, maj@k, greedy pass@1, cost, diversity, and exactly what was measured.
 
     python eval.py --data tiny --k 4                                  # the tiny base policy, tiny task
     python eval.py --model runs/default --data tiny --k 4 --out runs/default/eval
@@ -6,6 +6,8 @@
     torchrun --nproc_per_node=8 eval.py --model DIR --data tests/fixtures/aime2024_dapo_eval.parquet --out OUT
     torchrun --nproc_per_node=8 eval.py --engine vllm --vllm_tp 8 --model DIR --data ... --out OUT   # one 8-GPU engine
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
+    python eval.py frontier --models assets/tiny-base runs/default --k 1 2 4 8 16 32 --limit 256 --out DIR
+                                                  # more samples of the base or the trained policy? (frontier.py)
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.
 
@@ -19,8 +21,12 @@ pass@k. Here:
   * pass@j, for every j <= k: the unbiased estimator 1 - C(n - c, j) / C(n, j) with n = k samples
     per problem (Chen et al., 2021, arXiv 2107.03374, eq. 1), never the biased "first j samples"
     count (docs/PITFALLS.md, failure 11). pass@1 equals avg@k by construction.
-  * maj@k: majority vote over the extracted answers (tie rule in `majority_vote`).
+  * maj@k: majority vote over the extracted answers, answers the verifier judges equal voting
+    together (`same_answer`, estimators.answer_classes; tie rule in estimators.MAJ_TIE_RULE).
   * greedy_pass@1: one more generation pass at temperature 0 (`--greedy true`, the default).
+  * cost: generated tokens per problem (mean, p90), per sample (mean_length), sampling wall-clock
+    per problem; diversity: distinct final answers per problem, the entropy of the answers, the
+    share of duplicate responses (estimators.diversity_curve).
   * a 95% bootstrap interval over problems for each, and `compare` for a paired difference.
 
 Prompts are rebuilt from what the checkpoint saved (final/dapo_run.json: instruction, verifier,
@@ -44,20 +50,24 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import cli
+import compare
+import frontier
 import paraphrase
 import plumbing
 import rollout
 import verifier
 from cli import F
-from estimators import (MAJ_TIE_RULE, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
+from estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                         paired_bootstrap, pass_at_k, problem_scores)
 from plumbing import Dist, rank_seed, repo_commit, shard, unshard
 from rollout import SamplingParams
@@ -100,20 +110,59 @@ class EvalConfig:
     device: str = F("auto", "auto | cpu | cuda (hf engine)")
     threads: int = F(1, "torch CPU threads (1: one thread per process is fastest on a shared CPU)")
     trust_remote_code: bool = F(False, "run model code from the model directory (never taken from a saved config)")
-    n_boot: int = F(2000, "bootstrap resamples of the problems for each interval")
-    ci_level: float = F(0.95, "coverage of the bootstrap intervals")
+    n_boot: int = F(compare.N_BOOT, "bootstrap resamples of the problems for each interval")
+    ci_level: float = F(compare.CI_LEVEL, "coverage of the bootstrap intervals")
     paraphrases: str = F("", "also score paraphrases of the problems, same settings, and report the gap with a paired interval: "
                               "'tiny' (tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
                               "(paraphrase.py); '' = off")
     out: str = F("", "directory for report.json and report.md ('' = print only)")
 
 
-def parse_args(argv: list[str] | None) -> EvalConfig:
-    ap = cli.ArgumentParser(usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
-                                       "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]",
+def parse_args(argv: list[str] | None, prog: str | None = None) -> EvalConfig:
+    """EvalConfig from the command line, checked (`check_eval_config`); prog names the command in errors."""
+    ap = cli.ArgumentParser(prog=prog, usage="%(prog)s [--FLAG VALUE ...]   (measure a model; every flag below)\n"
+                            "       %(prog)s compare A/report.json B/report.json [--n_boot N] [--ci_level L] [--seed S]\n"
+                            "       %(prog)s frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [--FLAG VALUE ...]",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     cli.add_dataclass_flags(ap, EvalConfig, defaults=True)
-    return EvalConfig(**vars(ap.parse_args(argv)))
+    cfg = EvalConfig(**vars(ap.parse_args(argv)))
+    check_eval_config(cfg)
+    return cfg
+
+
+def check_eval_config(c: EvalConfig) -> None:
+    """Refuse flags that cannot mean anything, before any work: one line naming the flag and the fix.
+
+    The flags eval.py shares with train.py follow cli.check_config's rules and wording (a sampled
+    evaluation may be greedy, so --temperature 0 is allowed here); tests/test_eval.py has one row
+    per rule. Raises ValueError: the first rule broken.
+    """
+    for fails, message in _eval_rules(c):  # in order: a later rule may assume an earlier one holds
+        if fails:
+            raise ValueError(message)
+
+
+def _eval_rules(c: EvalConfig):
+    """(fails, message) for each rule of check_eval_config, lazily."""
+    yield (c.k < 1, f"--k must be >= 1 sample per problem, got {c.k}")
+    yield (c.limit < 0, f"--limit must be >= 0 (0 = all problems), got {c.limit}")
+    yield (not 0 <= c.temperature < math.inf, f"--temperature must be >= 0 (0 = greedy), got {c.temperature}")
+    yield (not 0 < c.top_p <= 1, f"--top_p must be in (0, 1] (1 = off, paper evaluation 0.7), got {c.top_p}: top_p 0 "
+           "keeps no token (use --temperature 0 for greedy decoding)")
+    yield (c.max_new_tokens < 0, f"--max_new_tokens must be >= 0 (0 = the checkpoint's max_response_len), got {c.max_new_tokens}")
+    yield (c.max_prompt_len < 0, f"--max_prompt_len must be >= 0 (0 = the checkpoint's), got {c.max_prompt_len}")
+    yield (c.instruction not in ("", "dapo", "none"), f"--instruction must be dapo or none ('' = the checkpoint's), got "
+           f"{c.instruction!r}")
+    yield (c.verifier not in ("", *verifier.MODES), f"--verifier must be one of {verifier.MODES} ('' = the checkpoint's), "
+           f"got {c.verifier!r}")
+    yield (c.engine not in rollout.ENGINES, f"--engine must be auto, hf or vllm, got {c.engine!r}")
+    yield (c.vllm_tp < 1, f"--vllm_tp must be >= 1, got {c.vllm_tp}")
+    yield (c.engine_max_batch < 1, f"--engine_max_batch must be >= 1, got {c.engine_max_batch}")
+    yield (c.device not in ("auto", "cpu", "cuda"), f"--device must be auto, cpu or cuda, got {c.device!r}")
+    yield (c.device == "cuda" and not torch.cuda.is_available(),
+           "--device cuda but torch sees no CUDA device: use --device cpu (or auto), or a CUDA build of torch")
+    yield (c.threads < 1, f"--threads must be >= 1 torch CPU thread, got {c.threads}")
+    yield from compare.bootstrap_rules(c.n_boot, c.ci_level, c.seed)
 
 
 # --- generation and scoring -----------------------------------------------------------------------------
@@ -125,23 +174,54 @@ def _score(problem, group, tokenizer, cfg, task: Task) -> tuple[list[str], list]
     return texts, task.score(texts, problem, cfg)
 
 
-def _problem_record(problem, group, scores, greedy, texts=None) -> dict:
+def same_answer(mode: str):
+    """The verifier's own equality of two extracted answers, for the vote (estimators.answer_classes).
+
+    "dapo" and "dapo-official" extract canonical strings (the integer without leading zeros or
+    separators; the official normalisation) and judge by string equality, so `==` is their
+    equality. "math" judges equivalence (math-verify in a worker process, under the verifier's
+    timeout): `new` equals `rep` when verifier.score judges the response "Answer: new" right
+    against the ground truth `rep`. A comparison that times out is "not equal" (a class of its
+    own), and so is any answer against a representative that math-verify cannot read as a ground
+    truth (verifier.score raises ValueError for it); identical strings are always equal.
+    """
+    if mode != "math":
+        return lambda rep, new: rep == new
+
+    def same(rep: str, new: str) -> bool:
+        if rep == new:
+            return True
+        try:
+            return verifier.score(f"Answer: {new}", rep, mode="math").correct
+        except ValueError:  # rep is no value math-verify can parse as a ground truth: only its own string equals it
+            return False
+
+    return same
+
+
+def _problem_record(problem, group, scores, greedy, same, texts=None) -> dict:
     """Everything the report needs about one problem (k samples, plus the greedy one if any; with
-    `texts`, each sample's response text, verdict and finish reason under "samples")."""
+    `texts`, each sample's response text, verdict and finish reason under "samples").
+
+    same: the vote's answer equality (`same_answer`). "classes" holds each sample's answer class
+    (None: nothing extracted) and "response_class" each sample's class of identical token ids."""
     correct = [s.correct for s in scores]
     lengths = [len(s.token_ids) for s in group]
     preds = [s.pred for s in scores]
     mean_of = lambda xs: float(np.mean(xs)) if xs else None  # noqa: E731
-    winner = majority_vote(preds)
+    classes = answer_classes(preds, same)
+    winner = majority_vote(classes)
     rec = {
         "id": problem.id, "answer": problem.answer, "accuracy": float(np.mean(correct)), "n_correct": int(sum(correct)),
+        "tokens": int(sum(lengths)), "distinct_answers": len({c for c in classes if c is not None}),
         "mean_length": float(np.mean(lengths)),
         "mean_length_correct": mean_of([n for n, c in zip(lengths, correct) if c]),
         "mean_length_wrong": mean_of([n for n, c in zip(lengths, correct) if not c]),
         "truncated_frac": float(np.mean([s.truncated for s in group])),
-        "maj_pred": None if winner is None else preds[winner], "maj_correct": maj_at_k(preds, correct),
+        "maj_pred": None if winner is None else preds[winner], "maj_correct": maj_at_k(classes, correct),
         "reasons": dict(Counter(s.reason for s in scores)),
         "correct": correct, "lengths": lengths, "truncated": [s.truncated for s in group], "preds": preds,
+        "classes": classes, "response_class": answer_classes([tuple(s.token_ids) for s in group]),
     }
     if texts is not None:
         rec["samples"] = [{"response": t, "correct": sc.correct, "pred": sc.pred, "reason": sc.reason,
@@ -196,18 +276,19 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     greedy_samples, greedy_s = [None] * len(mine), 0.0
     if greedy:
         greedy_samples, greedy_s = rollout.timed_generate(engine, prompts, dataclasses.replace(params, n=1, temperature=0.0))
-    records = []
+    records, same = [], same_answer(cfg.verifier)
     scored = n_real if dist.rank % tp == 0 else 0  # a group's other ranks hold copies: scored once, by its first rank
     for p, group, g in list(zip(mine, samples, greedy_samples))[:scored]:  # padding dropped (see `shard`)
         greedy_scored = None if g is None else (g, _score(p, g, tokenizer, cfg, task)[1])
         texts, scores = _score(p, group, tokenizer, cfg, task)
-        records.append(_problem_record(p, group, scores, greedy_scored, texts if keep_samples else None))
+        records.append(_problem_record(p, group, scores, greedy_scored, same, texts if keep_samples else None))
     parts = plumbing.all_gather_objects((records, gen_s, greedy_s), dist)
     records = unshard([part[0] for part in parts[::tp]], n_groups)
 
     metrics, ci = summarize(records, n_boot=n_boot, ci_level=ci_level, seed=seed)
     gen_s = max(part[1] for part in parts)  # the slowest rank's wall time
-    metrics.update(gen_seconds=gen_s, gen_tokens_per_s=sum(sum(r["lengths"]) for r in records) / max(gen_s, 1e-9))
+    metrics.update(gen_seconds=gen_s, seconds_per_problem=gen_s / len(records),
+                   gen_tokens_per_s=sum(r["tokens"] for r in records) / max(gen_s, 1e-9))
     if greedy:
         metrics["greedy_gen_seconds"] = max(part[2] for part in parts)
     settings = {
@@ -219,7 +300,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "greedy": greedy, "world_size": dist.world, "engine_groups": n_groups, "n_boot": n_boot, "ci_level": ci_level,
         "commit": repo_commit(),
         "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
-        "maj_tie_rule": MAJ_TIE_RULE,
+        "maj_tie_rule": MAJ_TIE_RULE, "maj_equality": "string" if cfg.verifier != "math" else "math-verify (verifier.score)",
     }
     return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
@@ -228,8 +309,9 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
 def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -> tuple[dict, dict]:
     """Metrics over problems and their bootstrap intervals: ({name: value}, {name: [lo, hi]}).
 
-    Accuracy metrics (`problem_scores`) get intervals; the length metrics are over all samples and
-    are None when no sample is correct (or wrong).
+    The per-problem metrics (`problem_scores`: accuracy, tokens per problem, diversity) get
+    intervals; the length metrics are over all samples and are None when no sample is correct (or
+    wrong); tokens_per_problem_p90 is the 90th percentile over problems of a problem's k samples' tokens.
     """
     scores = problem_scores(records)  # {metric: (P,)}
     names = list(scores)
@@ -238,6 +320,7 @@ def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -
     correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
     metrics = {m: float(scores[m].mean()) for m in names}
     metrics.update({
+        "tokens_per_problem_p90": float(np.quantile([r["tokens"] for r in records], 0.9)),
         "mean_length": float(lengths.mean()),
         "mean_length_correct": float(lengths[correct].mean()) if correct.any() else None,
         "mean_length_wrong": float(lengths[~correct].mean()) if (~correct).any() else None,
@@ -409,76 +492,15 @@ def write_report(res: dict, out_dir: str | Path) -> None:
     (out / "report.md").write_text(render_markdown(res))
 
 
-def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
-    """Paired comparison of two reports on the same problems: {"metrics": {name: paired_bootstrap}, "warnings"}.
+def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
+    """evaluate() on --model and --data, then on the paraphrases (--paraphrases), with one engine.
 
-    Compares avg@k, pass@k (k = n), maj@k, and greedy_pass@1 when both reports have it; with
-    paraphrases in both (--paraphrases), also avg@k on them and the gap (paraphrase.compare).
-
-    Raises:
-        ValueError: the reports do not cover the same problem ids with the same k.
+    Both passes run before the engine is closed (and the caller closes the process group after
+    that), so the paraphrase pass has its engine and, under torchrun, its collectives. Returns
+    evaluate's result with the data's settings and, with paraphrases, "paraphrase" (paraphrase.gaps).
     """
-    ids_a, ids_b = [r["id"] for r in a["per_problem"]], [r["id"] for r in b["per_problem"]]
-    if sorted(ids_a) != sorted(ids_b) or a["settings"]["k"] != b["settings"]["k"]:
-        raise ValueError(f"compare needs the same problem ids and k: A has {len(ids_a)} problems, k={a['settings']['k']}; "
-                         f"B has {len(ids_b)}, k={b['settings']['k']}; rerun both with the same --data/--limit/--k")
-    order = {pid: i for i, pid in enumerate(ids_b)}
-    sa, sb = problem_scores(a["per_problem"]), problem_scores([b["per_problem"][order[pid]] for pid in ids_a])
-    k = a["settings"]["k"]
-    names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1") if m in sa and m in sb]
-    # Differences that change what was measured, or which samples were drawn (seed, engine groups;
-    # a report older than --vllm_tp had one group per process).
-    keys = ("dataset_hash", "temperature", "top_p", "max_new_tokens", "seed", "engine_groups", "verifier",
-            "verifier_version", "instruction")
-    get = lambda s, key: s.get(key, s.get("world_size")) if key == "engine_groups" else s.get(key)  # noqa: E731
-    warnings = [f"{key} differs: A {get(a['settings'], key)!r}, B {get(b['settings'], key)!r}"
-                for key in keys if get(a["settings"], key) != get(b["settings"], key)]
-    metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}
-    if "paraphrase" in a and "paraphrase" in b:
-        metrics.update(paraphrase.compare(a, b, n_boot=n_boot, level=level, seed=seed, warnings=warnings))
-    return {"n_problems": len(ids_a), "k": k, "level": level, "warnings": warnings, "metrics": metrics}
-
-
-def compare_main(argv: list[str]) -> dict:
-    ap = cli.ArgumentParser(prog="eval.py compare", description="Paired bootstrap over problems: A minus B.")
-    ap.add_argument("a", help="report.json of model A")
-    ap.add_argument("b", help="report.json of model B")
-    ap.add_argument("--n_boot", type=int, default=EvalConfig.n_boot, help="bootstrap resamples of the problems")
-    ap.add_argument("--ci_level", type=float, default=EvalConfig.ci_level, help="coverage of the interval")
-    ap.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    args = ap.parse_args(argv)
-    reports = []
-    for path in (args.a, args.b):
-        if not Path(path).is_file():
-            raise FileNotFoundError(f"compare: {path!r} is not a file; pass two report.json files written by "
-                                    "`python eval.py ... --out DIR`")
-        try:
-            reports.append(json.loads(Path(path).read_text()))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"compare: {path} is not a report.json ({e.msg} at line {e.lineno})") from e
-    res = compare(*reports, n_boot=args.n_boot, level=args.ci_level, seed=args.seed)
-    print(f"A = {args.a}\nB = {args.b}\n{res['n_problems']} problems, k = {res['k']}, paired bootstrap over problems")
-    for w in res["warnings"]:
-        print(f"WARNING: {w}")
-    for m, r in res["metrics"].items():
-        verdict = ("A > B" if r["diff"] > 0 else "A < B") if r["excludes_zero"] else "no difference shown (interval contains 0)"
-        print(f"{m:>14}: A {r['a']:.3f}  B {r['b']:.3f}  A-B {r['diff']:+.3f}  "
-              f"{round(100 * args.ci_level)}% CI [{r['lo']:+.3f}, {r['hi']:+.3f}]  {verdict}")
-    return res
-
-
-def main(argv: list[str] | None = None) -> dict | None:
-    """`python eval.py [flags]` measures a model; `python eval.py compare A B` compares two reports."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["compare"]:  # the one subcommand (shown in --help's usage)
-        return compare_main(argv[1:])
-    import torch
-
-    ecfg = parse_args(argv)
-    torch.set_num_threads(ecfg.threads)
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
-    dist, device = plumbing.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`
     plumbing.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
     task = Task()
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
@@ -487,27 +509,99 @@ def main(argv: list[str] | None = None) -> dict | None:
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
                             top_p=ecfg.top_p, seed=ecfg.seed)
+    run = lambda d: evaluate(engine, tokenizer, d, params, settings, task, dist=dist, greedy=ecfg.greedy,  # noqa: E731
+                             n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
     try:
-        res = evaluate(engine, tokenizer, data, params, settings, task, dist=dist, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
-                       ci_level=ecfg.ci_level)
-    finally:  # the engine first: its shutdown needs the process group, which goes last
+        res = run(data)
+        if para:  # the same settings (and seed) on the paraphrases
+            res["paraphrase"] = paraphrase.gaps(para, res, run(para["data"]), params, greedy=ecfg.greedy,
+                                                n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
+    finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
-        plumbing.close_distributed(dist)
     res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
-    if para:  # the same settings (and seed) on the paraphrases
-        measured = evaluate(engine, tokenizer, para["data"], params, settings, task, dist=dist, greedy=ecfg.greedy,
-                            n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
-        res["paraphrase"] = paraphrase.gaps(para, res, measured, params, greedy=ecfg.greedy, n_boot=ecfg.n_boot,
-                                            ci_level=ecfg.ci_level)
+    return res
+
+
+def frontier_main(argv: list[str]) -> dict | None:
+    """`eval.py frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [eval flags]` (frontier.py).
+
+    Each --models entry (an HF model directory, a run directory, or the report.json of an earlier
+    measurement with at least max(--k) samples per problem) is sampled once at k = max(--k) with
+    the other flags (as `python eval.py`; --greedy defaults to false here), its report written to
+    DIR/<name>/; frontier.build derives every smaller budget from those samples.
+
+    Raises:
+        ValueError / FileNotFoundError: a bad --models entry (named), a bad --k, or eval.py's errors.
+    """
+    ap = cli.ArgumentParser(prog="eval.py frontier", description=frontier.__doc__, allow_abbrev=False,  # --model is eval's
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", nargs="+", required=True, help="the base policy first, then trained ones: HF model "
+                    "directories, run directories, or report.json files of eval.py")
+    ap.add_argument("--k", nargs="+", type=int, required=True, help="rollout budgets, e.g. 1 2 4 8 16 32")
+    ap.add_argument("--out", required=True, help="directory for frontier.json, frontier.md, frontier.png and the reports; "
+                    "every other flag is `python eval.py`'s (--data, --limit, --temperature, ...), the same for every model")
+    args, rest = ap.parse_known_args(argv)
+    frontier.check_budgets(args.k)
+    ecfg = parse_args(["--greedy", "false", *rest, "--k", str(max(args.k))], prog="eval.py frontier")
+    if ecfg.model or ecfg.out or ecfg.paraphrases:
+        raise ValueError("eval.py frontier takes its models from --models and its output directory from --out; "
+                         "drop --model, --paraphrases and eval.py's own --out")
+    names = frontier.names(args.models)
+    sources = []  # (report path or None, model directory or None) per entry, all checked before any sampling
+    for i, spec in enumerate(args.models, 1):
+        if spec.endswith(".json"):
+            sources.append((compare.read_report(spec, f"--models entry {i}"), None))
+            continue
+        try:
+            sources.append((None, resolve_model(spec)))
+        except FileNotFoundError:
+            raise FileNotFoundError(f"--models entry {i} {spec!r}: no config.json there; pass an HF model directory, a run "
+                                    "directory holding final/, or a report.json of eval.py") from None
+    torch.set_num_threads(ecfg.threads)
+    dist, device = plumbing.init_distributed(ecfg.device)
+    reports = []
+    try:
+        for name, (rep, model_dir) in zip(names, sources):
+            if rep is None:
+                rep = measure(dataclasses.replace(ecfg, model=str(model_dir)), dist, device)
+                if dist.main:
+                    write_report(rep, Path(args.out) / name)
+            reports.append(rep)
+    finally:
+        plumbing.close_distributed(dist)
+    if not dist.main:
+        return None
+    costs = [frontier.training_cost(rep["settings"]["model"]) for rep in reports]
+    res = frontier.build(reports, names, sorted(set(args.k)), costs,
+                         n_boot=ecfg.n_boot, level=ecfg.ci_level, seed=ecfg.seed)
+    print(frontier.markdown(res))
+    print("wrote " + ", ".join(str(p) for p in frontier.write(res, args.out)))
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (frontier.py)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["compare"]:
+        return compare.main(argv[1:])
+    if argv[:1] == ["frontier"]:
+        return frontier_main(argv[1:])
+    ecfg = parse_args(argv)
+    torch.set_num_threads(ecfg.threads)
+    dist, device = plumbing.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`
+    try:
+        res = measure(ecfg, dist, device)
+    finally:
+        plumbing.close_distributed(dist)
     if not dist.main:
         return None
     for m, v in res["metrics"].items():
         interval = f"  [{res['ci'][m][0]:.3f}, {res['ci'][m][1]:.3f}]" if m in res["ci"] else ""
-        print(f"{m:>20}: {_fmt(v)}{interval}")
+        print(f"{m:>23}: {_fmt(v)}{interval}")
     print(json.dumps(res["settings"], indent=2))
     for d in paper_deviations(res["settings"]):
         print(f"differs from the paper's protocol: {d}")
-    if para:
+    if "paraphrase" in res:
         print("\n".join(paraphrase.summary_lines(res["paraphrase"])))
     if ecfg.out:
         write_report(res, ecfg.out)

@@ -59,10 +59,11 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
                              "other data pass a .jsonl of paraphrases keyed by problem id")
         k = len(tiny.PARAPHRASE_STYLES)
         if spec != "tiny":
-            try:
-                k = int(spec.split(":", 1)[1])
-            except ValueError:
-                raise ValueError(f"--paraphrases {spec!r}: expected 'tiny' or 'tiny:K' with K in 1..{k}") from None
+            given = spec.split(":", 1)[1]
+            if not given.isdigit() or not 1 <= int(given) <= k:
+                raise ValueError(f"--paraphrases {spec!r}: expected 'tiny' or 'tiny:K' with K in 1..{k} (the styles "
+                                 f"{list(tiny.PARAPHRASE_STYLES)})")
+            k = int(given)
         for i, p in enumerate(data.problems):
             for style, text in tiny.paraphrases(p.messages[-1]["content"], k):
                 rows.append((i, style, _reworded(p, text, full_prompt=False, tag=style)))
@@ -80,10 +81,9 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
                     row = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
-                full = isinstance(row, dict) and isinstance(row.get("prompt"), str)
-                text = row.get("prompt") if full else row.get("problem") if isinstance(row, dict) else None
-                if not isinstance(row, dict) or "id" not in row or not isinstance(text, str) or not text.strip():
-                    raise ValueError(f"{path}:{n}: expected a JSON object with 'id' and a non-empty 'problem' or 'prompt'")
+                _check_row(row, f"{path}:{n}")
+                full = "prompt" in row
+                text = row["prompt"] if full else row["problem"]
                 i = index.get(str(row["id"]))
                 if i is None:
                     ignored += 1
@@ -92,7 +92,7 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
                 if "answer" in row and str(row["answer"]).strip() != p.answer:
                     raise ValueError(f"{path}:{n}: answer {row['answer']!r} differs from problem {p.id}'s {p.answer!r}; a "
                                      "paraphrase must keep its problem's answer")
-                style = str(row.get("style", "jsonl"))
+                style = row.get("style", "jsonl")
                 rows.append((i, style, _reworded(p, text, full_prompt=full, tag=f"line{n}")))
     if not rows:
         raise ValueError(f"--paraphrases {spec!r} holds no paraphrase of the {len(data)} evaluated problems (ids such as "
@@ -110,6 +110,24 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
     para = Dataset([p for _, _, p in kept], ids, f"paraphrases:{spec}", data.hash, {})
     return {"data": para, "of": [i for i, _, _ in kept], "styles": [s for _, s, _ in kept], "spec": spec, "ignored": ignored,
             "skipped": too_long}
+
+
+def _check_row(row, where: str) -> None:
+    """Raise ValueError (naming `where`, the file and line) unless a .jsonl line is one paraphrase:
+    an object with an "id" (string or integer), exactly one of "problem" / "prompt" (a non-empty
+    string) and, if present, a string "style" and a string or integer "answer"."""
+    fix = "expected a JSON object with 'id' and a non-empty 'problem' or 'prompt'"
+    if not isinstance(row, dict) or "id" not in row:
+        raise ValueError(f"{where}: {fix}")
+    if isinstance(row["id"], bool) or not isinstance(row["id"], (str, int)):
+        raise ValueError(f"{where}: 'id' must be a string or an integer (a problem id of --data), got {row['id']!r}")
+    texts = [key for key in ("problem", "prompt") if key in row]
+    if len(texts) != 1 or not isinstance(row[texts[0]], str) or not row[texts[0]].strip():
+        raise ValueError(f"{where}: {fix}, not both" if len(texts) == 2 else f"{where}: {fix}")
+    if "style" in row and not isinstance(row["style"], str):
+        raise ValueError(f"{where}: 'style' must be a string (a label for the per-style table), got {row['style']!r}")
+    if "answer" in row and (isinstance(row["answer"], bool) or not isinstance(row["answer"], (str, int))):
+        raise ValueError(f"{where}: 'answer' must be a string or an integer (the problem's own answer), got {row['answer']!r}")
 
 
 def _reworded(p: Problem, text: str, *, full_prompt: bool, tag: str) -> Problem:

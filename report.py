@@ -255,17 +255,46 @@ def diagnose(metrics: list[dict], cfg: dict | None) -> list[Finding]:
 
 # --- the run report (python report.py RUN_DIR [RUN_DIR2] [--out DIR]) ------------------------------------
 
-# rollouts.jsonl fields the report reads (rollout.RolloutRecord); the rest (texts) is not kept in memory
-ROLLOUT_FIELDS = ("step", "policy_version", "learner_version", "response_tokens", "truncated", "correct", "reward",
-                  "verifier_reason", "gen_wall_s", "verifier_version", "dataset_hash")
+# rollouts.jsonl fields the report reads (rollout.RolloutRecord) and their JSON types (missing in older runs: None);
+# the rest (texts) is not kept in memory
+ROLLOUT_FIELDS = {"step": int, "policy_version": int, "learner_version": int, "response_tokens": int, "truncated": bool,
+                  "correct": bool, "reward": float, "verifier_reason": str, "gen_wall_s": float, "verifier_version": str,
+                  "dataset_hash": str}
 ENVELOPE_SUMS = ("prompts_generated", "samples_generated", "active_samples", "trained_tokens")  # summed over steps
 ENVELOPE_MAXES = ("max_response_len", "max_prompt_len")  # the largest over steps
 PHASES = ("time/generate", "time/score", "time/old_logprobs", "time/update", "time/weight_sync")
+RUN_FILE_FIX = "pass a run directory written by train.py --run_dir (a damaged file: rerun or restore it)"
 
 
-def _read_jsonl(path: Path, fields: tuple | None = None) -> list[dict]:
-    """Every record of a run's JSONL file, keeping only `fields` when given (audit.iter_jsonl's errors)."""
-    return [{k: row.get(k) for k in fields} if fields else row for _, row in audit.iter_jsonl(path)]
+def _read_jsonl(path: Path, types: dict | None = None) -> list[dict]:
+    """Every record of a run's JSONL file (audit.iter_jsonl's errors), each a JSON object: with `types`
+    only those fields, each of its type (float takes integers; bool is no number) or null; else
+    every value a number or null (metrics.jsonl). Raises ValueError naming path:line."""
+    rows = []
+    for line_no, row in audit.iter_jsonl(path):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_no} is not a JSON object; {RUN_FILE_FIX}")
+        row = {k: row.get(k) for k in types} if types else row
+        for k, v in row.items():
+            want = types[k] if types else float
+            typed = isinstance(v, bool) == (want is bool) and isinstance(v, (int, float) if want is float else want)
+            if v is not None and not typed:
+                raise ValueError(f"{path}:{line_no}: {k} is {v!r}, not of type {want.__name__}; {RUN_FILE_FIX}")
+        rows.append(row)
+    return rows
+
+
+def _read_json(path: Path) -> dict:
+    """A run's config.json or summary.json ({} when absent). Raises ValueError: not a JSON object, naming the file."""
+    if not path.is_file():
+        return {}
+    try:
+        obj = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON ({e.msg} at line {e.lineno}); {RUN_FILE_FIX}") from e
+    if not isinstance(obj, dict) or not isinstance(obj.get("config", {}), dict):
+        raise ValueError(f"{path} is not a JSON object (with a 'config' object, if any); {RUN_FILE_FIX}")
+    return obj
 
 
 def load_run(run_dir: str | Path) -> dict:
@@ -273,13 +302,14 @@ def load_run(run_dir: str | Path) -> dict:
 
     Raises:
         FileNotFoundError: no metrics.jsonl (not a run directory).
+        ValueError: a damaged file (`_read_json`, `_read_jsonl`), named.
     """
     d = Path(run_dir)
     if not (d / "metrics.jsonl").is_file():
         raise FileNotFoundError(f"{d} has no metrics.jsonl: pass a run directory written by train.py --run_dir")
-    meta = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
+    meta = _read_json(d / "config.json")
     return {"dir": d, "meta": meta, "cfg": meta.get("config"), "metrics": _read_jsonl(d / "metrics.jsonl"),
-            "summary": json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {},
+            "summary": _read_json(d / "summary.json"),
             "rollouts": _read_jsonl(d / "rollouts.jsonl", ROLLOUT_FIELDS) if (d / "rollouts.jsonl").is_file() else None}
 
 

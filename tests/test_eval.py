@@ -21,6 +21,7 @@ import math
 import os
 import sys
 import threading
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,52 @@ def test_maj_at_k_takes_the_verdict_of_the_winning_answer():
     assert ev.maj_at_k(["7", "8", "8"], [True, False, False]) is False  # one right answer is outvoted
     assert ev.maj_at_k([None, None, "4"], [False, False, True]) is True
     assert ev.maj_at_k([None, None], [False, False]) is False  # nothing extracted: wrong
+
+
+# --- maj@k votes by answer class: answers the verifier judges equal vote together ---------------------
+
+
+def test_math_mode_vote_groups_equal_values():
+    """facebookresearch/deepconf issue 15: truth 1/2 and the answers \\frac{1}{2}, 0.5, 1/2, 3, 3. On raw
+    strings the two 3s win (wrong); by the verifier's equality the three spellings of 1/2 win (right)."""
+    preds = ["\\frac{1}{2}", "0.5", "1/2", "3", "3"]
+    correct = [True, True, True, False, False]
+    assert ev.maj_at_k(preds, correct) is False  # the old vote, on strings
+    classes = ev.answer_classes(preds, ev.same_answer("math"))
+    assert classes == [0, 0, 0, 1, 1]
+    assert ev.maj_at_k(classes, correct) is True
+    more = ["3", None, "\\dfrac12", "0.50", "x", "\\sqrt{4}", "2", "3"]
+    assert ev.answer_classes(more, ev.same_answer("math")) == [0, None, 1, 1, 2, 3, 3, 0]  # 2 = sqrt 4
+    assert ev.majority_vote(ev.answer_classes(more, ev.same_answer("math"))) == 0  # a 2-2-2 tie: 3 comes first
+
+
+def test_evaluate_votes_by_class_in_math_mode():
+    script = {"p0": (["Answer: \\frac{1}{2}", "Answer: 0.5", "Answer: 1/2", "Answer: 3", "Answer: 3"], "Answer: 3")}
+    data = Dataset([Problem("p0", [{"role": "user", "content": "p0"}], "1/2")], [[ord(c) for c in "p0"]], "scripted", "0")
+    params = dataclasses.replace(PARAMS, n=5)
+    res = ev.evaluate(ScriptedEngine(script), FakeTokenizer(), data, params, dataclasses.replace(CFG, verifier="math"), Task())
+    (rec,) = res["per_problem"]
+    assert (rec["maj_correct"], rec["maj_pred"], rec["classes"], rec["distinct_answers"]) == \
+        (True, "\\frac{1}{2}", [0, 0, 0, 1, 1], 2)
+    assert res["metrics"]["maj@5"] == 1.0 and res["settings"]["maj_equality"].startswith("math-verify")
+
+
+@FEW
+@given(st.lists(st.tuples(st.integers(1, 4), st.integers(1, 4)) | st.none(), min_size=1, max_size=12))
+def test_answer_classes_are_the_equivalence_classes(fractions):
+    """Answers "a/b" with equality by value (a stand-in for the verifier's): classes are exactly the
+    value classes, numbered by first appearance; the winner's class has the most votes."""
+    from fractions import Fraction
+
+    preds = [None if f is None else f"{f[0]}/{f[1]}" for f in fractions]
+    value = lambda text: Fraction(*map(int, text.split("/")))  # noqa: E731
+    classes = ev.answer_classes(preds, lambda rep, new: value(rep) == value(new))
+    seen = list(dict.fromkeys(value(p) for p in preds if p is not None))
+    assert classes == [None if p is None else seen.index(value(p)) for p in preds]
+    assert ev.answer_classes(preds) == [None if p is None else list(dict.fromkeys(q for q in preds if q)).index(p) for p in preds]
+    winner = ev.majority_vote(classes)
+    votes = Counter(c for c in classes if c is not None)
+    assert (winner is None) == (not votes) and (winner is None or votes[classes[winner]] == max(votes.values()))
 
 
 # --- bootstrap ----------------------------------------------------------------------------------------
@@ -219,6 +266,13 @@ def test_evaluate_hand_computed_metrics():
     s = res["settings"]
     assert (s["n_problems"], s["k"], s["temperature"], s["top_p"], s["max_new_tokens"], s["seed"]) == (3, 4, 1.0, 0.7, 40, 0)
     assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"] == "scripted 1"
+    # cost: tokens 34 (9+9+9+7), 36, 160 (truncated at 40); diversity per problem: answers {5, 5, 3, none}: 2 distinct,
+    # 1.5 bits, one duplicate response of 4; {1, 7, 1, 7}: 2, 1 bit, 2 duplicates; 4 identical unextracted: 0, 0 bits, 3
+    assert m["tokens_per_problem"] == pytest.approx(230 / 3) and m["tokens_per_problem_p90"] == pytest.approx(36 + 0.8 * 124)
+    assert m["seconds_per_problem"] == pytest.approx(m["gen_seconds"] / 3)
+    assert [p0["distinct_answers"], p1["distinct_answers"], p2["distinct_answers"]] == [2, 2, 0]
+    assert m["distinct_answers"] == pytest.approx(4 / 3) and m["answer_entropy_bits"] == pytest.approx(2.5 / 3)
+    assert m["duplicate_response_frac"] == pytest.approx((0.25 + 0.5 + 0.75) / 3)
 
     g = ev.evaluate(ScriptedEngine(SCRIPT), FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True)
     assert g["metrics"]["greedy_pass@1"] == pytest.approx(1 / 3)
@@ -321,6 +375,48 @@ def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
         ev.resolve_model(str(foreign))
 
 
+EVAL_REFUSED = [  # (argv, the start of the one error line): one row per rule of eval.check_eval_config and compare
+    (["--limit", "-1"], "--limit must be >= 0"),
+    (["--k", "0"], "--k must be >= 1"),
+    (["--top_p", "0"], "--top_p must be in (0, 1]"),
+    (["--top_p", "1.5"], "--top_p must be in (0, 1]"),
+    (["--temperature", "-1"], "--temperature must be >= 0"),
+    (["--temperature", "inf"], "--temperature must be >= 0"),
+    (["--max_new_tokens", "-1"], "--max_new_tokens must be >= 0"),
+    (["--max_prompt_len", "-1"], "--max_prompt_len must be >= 0"),
+    (["--instruction", "chat"], "--instruction must be dapo or none"),
+    (["--verifier", "loose"], "--verifier must be one of"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--engine", "sglang"], "--engine must be auto, hf or vllm"),
+    (["--vllm_tp", "0"], "--vllm_tp must be >= 1"),
+    (["--engine_max_batch", "0"], "--engine_max_batch must be >= 1"),
+    (["--device", "tpu"], "--device must be auto, cpu or cuda"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--n_boot", "0"], "--n_boot must be >= 1"),
+    (["--ci_level", "1"], "--ci_level must be in (0, 1)"),
+    (["--k", "x"], "argument --k: invalid int value"),
+    (["--paraphrases", "tiny:0"], "--paraphrases 'tiny:0': expected 'tiny' or 'tiny:K' with K in 1..5"),
+    (["compare", "EMPTY", "EMPTY"], "compare: EMPTY is not an eval.py report (no settings with k)"),
+    (["compare", "MISSING", "MISSING"], "compare: 'MISSING' is not a file"),
+    (["compare", "EMPTY", "EMPTY", "--ci_level", "0"], "--ci_level must be in (0, 1)"),
+    (["compare", "EMPTY", "EMPTY", "--seed", "-2"], "--seed must be >= 0"),
+]
+
+
+@pytest.mark.parametrize("argv,message", EVAL_REFUSED, ids=[" ".join(a) for a, _ in EVAL_REFUSED])
+def test_bad_evaluation_input_is_one_line(argv, message, capsys, tmp_path):
+    (tmp_path / "empty.json").write_text("{}")  # what `eval.py compare {} {}` read: a JSON object, but no report
+    paths = {"EMPTY": str(tmp_path / "empty.json"), "MISSING": str(tmp_path / "missing.json")}
+    argv = [paths.get(a, a) for a in argv]
+    try:
+        code = cli.run_cli(ev.main, argv + (["--limit", "2"] if argv[0] != "compare" and "--limit" not in argv else []))
+    except SystemExit as e:  # argparse's own errors exit inside the parser (cli.ArgumentParser)
+        code = e.code
+    err = capsys.readouterr().err.strip().splitlines()
+    message = message.replace("EMPTY", paths["EMPTY"]).replace("MISSING", paths["MISSING"])
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {message}"), err
+
+
 def test_vllm_tp_must_divide_the_processes(capsys):
     assert cli.run_cli(ev.main, ["--engine", "vllm", "--vllm_tp", "2", "--k", "1", "--limit", "1"]) == 2
     assert "error: --vllm_tp 2 must be >= 1 and divide the number of processes (1)" in capsys.readouterr().err
@@ -395,7 +491,8 @@ def test_end_to_end_tiny_task_and_compare(tmp_path, capsys):
     cmp = ev.main(["compare", str(a / "report.json"), str(b / "report.json"), "--n_boot", "200"])
     printed = capsys.readouterr().out
     assert "avg@4" in printed and "CI" in printed and "seed differs" in printed
-    assert set(cmp["metrics"]) == {"avg@4", "pass@4", "maj@4"}  # greedy only when both reports have it
+    assert set(cmp["metrics"]) == {"avg@4", "pass@4", "maj@4", "tokens_per_problem", "distinct_answers", "answer_entropy_bits",
+                                   "duplicate_response_frac"}  # greedy only when both reports have it
     r = cmp["metrics"]["avg@4"]
     assert r["lo"] <= r["diff"] <= r["hi"] and r["diff"] == pytest.approx(r["a"] - r["b"])
     self_cmp = ev.main(["compare", str(a / "report.json"), str(a / "report.json"), "--n_boot", "50"])

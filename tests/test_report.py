@@ -1,12 +1,13 @@
 """Tests of `python report.py`: the diagnosis of DAPO's four boundaries, and the report itself.
 
-Two kinds:
+Three kinds:
   - `report.diagnose` on synthetic metric histories, one per failure (entropy collapse, contrast
     loss, length-credit pathology, truncation-dominated reward, verifier exceptions) and a
     healthy one: exactly the expected boundary fires, and nothing on the healthy history;
   - end-to-end: two real 3-step runs of train.py on the tiny default (DAPO, and the same run with
     every DAPO switch off), then `report.py` on one run and on both overlaid; every PNG is
-    opened and must be a real image, and report.md must hold its tables.
+    opened and must be a real image, and report.md must hold its tables;
+  - damaged run files: one error line naming the file (and line) and the rule, a row per rule.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_report.py
 """
@@ -21,6 +22,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import cli  # noqa: E402
 import report as rp  # noqa: E402
 import train  # noqa: E402
 
@@ -216,3 +218,25 @@ def test_report_of_two_runs_overlays_them(runs, tmp_path):
 def test_report_rejects_a_directory_that_is_not_a_run(tmp_path):
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         rp.run_report([tmp_path])
+
+
+DAMAGED = [  # (file, its text, the start of the one error line after the file's path): one row per input rule of load_run
+    ("config.json", "nope", "config.json is not JSON"),
+    ("config.json", "[1, 2]", "config.json is not a JSON object"),
+    ("config.json", '{"config": 3}', "config.json is not a JSON object (with a 'config' object"),
+    ("summary.json", "{", "summary.json is not JSON"),
+    ("metrics.jsonl", "[1]\n", "metrics.jsonl:1 is not a JSON object"),
+    ("metrics.jsonl", '{"step": 0}\n{"policy/entropy": "abc"}\n', "metrics.jsonl:2: policy/entropy is 'abc', not of type float"),
+    ("rollouts.jsonl", '{"step": 0, "response_tokens": "x"}\n', "rollouts.jsonl:1: response_tokens is 'x', not of type int"),
+    ("rollouts.jsonl", '{"step": 0, "correct": 1}\n', "rollouts.jsonl:1: correct is 1, not of type bool"),
+]
+
+
+@pytest.mark.parametrize("name,text,message", DAMAGED, ids=[f"{n}: {t.strip()}" for n, t, _ in DAMAGED])
+def test_damaged_run_files_are_one_line_naming_the_file(name, text, message, tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 0}\n')
+    (tmp_path / name).write_text(text)
+    code = cli.run_cli(rp.main, [str(tmp_path), "--out", str(tmp_path / "report")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"error: {tmp_path / name}"), err
+    assert message in err[0] and "train.py --run_dir" in err[0]
