@@ -362,6 +362,16 @@ class Run:
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """A run that ends by an exception gives the process its SIGINT/SIGTERM handlers back (a normal end
+        does so in stop/finish): left installed, they would swallow the next SIGTERM of whoever called
+        train.train, a test runner's pool workers forked from it included."""
+        if exc_type is not None:
+            self.signal.restore()
+
     def steps(self):
         """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
         from tqdm import tqdm

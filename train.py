@@ -593,7 +593,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
     source = generator.make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed, collect_groups, Group)
-    with source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
+    with run, source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts

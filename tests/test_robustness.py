@@ -108,8 +108,12 @@ def test_nonfinite_update_never_reaches_the_weights(tmp_path, monkeypatch):
 
     base, _ = plumbing.load_policy("", torch.device("cpu"))
     monkeypatch.setattr(dapo, "policy_loss", nan_loss)
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(RuntimeError, match="3 rollout steps in a row had only non-finite gradients"):
         train.main(["--run_dir", str(tmp_path / "n"), "--steps", "10", *SMALL, "--eval_data=", "--dynamic_sampling", "false"])
+    # A run that raises gives back the signal handlers it installed (left behind, they swallowed the
+    # SIGTERM that multiprocessing.Pool.terminate sends its forked workers: a hang of the test suite).
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     metrics = _jsonl(tmp_path / "n" / "metrics.jsonl")
     assert len(metrics) == 3 and all(m["policy/nonfinite_grad_steps"] == m["policy/optimizer_steps"] for m in metrics)
     # The run stopped before any checkpoint; what it holds in memory is checked through a short
