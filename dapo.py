@@ -714,7 +714,7 @@ def offpolicy_loss(
     if behav_logp is None and objective != "naive":
         raise ValueError(f"objective {objective!r} needs behav_logp (keep the sampler's log-probs)")
     old = (behav_logp if objective == "bypass" else prox_logp).detach()  # (B, T)
-    loss_fn = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}[surrogate]  # looked up per call
+    loss_fn = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}[surrogate]  # per call: patchable in tests
     loss_tok, stats = loss_fn(logp, old, advantages, mask, **params)  # (B, T)
     if prox_logp is not None and behav_logp is not None:
         level = "sequence" if surrogate == "gspo" else "token"
