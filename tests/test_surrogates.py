@@ -331,7 +331,7 @@ def _accumulated(fn, kw, logp, old, adv, mask, mode, glob, n_micro):
 @given(seed=st.integers(0, 2**31 - 1))
 def test_micro_batched_gradient_equals_full_batch(fn, kw, mode, mask_dtype, seed):
     # With the step's denominators given to every micro-batch the accumulated gradient is the full
-    # batch's, for any split (the verl issue 7913 class of bug, for every aggregation the surrogate
+    # batch's, for any split (the verl-project/verl#7913 class of bug, for every aggregation the surrogate
     # allows). Bounds tight enough that some tokens / responses are clipped.
     g = torch.Generator().manual_seed(seed)
     B, G, T = 8, 4, 9
