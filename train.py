@@ -110,8 +110,8 @@ class Config:
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
     surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after DAPO: cispo "
                        "(MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); docs/algorithm.md \"After DAPO\"")
-    cispo_low: float = F(0.0, "[eps_IS_low, absolute] --surrogate cispo: lowest ratio weight, in [0, 1] (ScaleRL 0)")
-    cispo_high: float = F(5.0, "[eps_IS_high, absolute] --surrogate cispo: highest ratio weight, >= 1 (ScaleRL 5)")
+    cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] (ScaleRL 0)")
+    cispo_high: float = F(5.0, "[1 + eps_IS_high] --surrogate cispo: highest importance weight, absolute, >= 1 (ScaleRL 5)")
     gspo_eps_low: float = F(3e-4, "[eps_low] --surrogate gspo: band 1 - this for the sequence ratio s_i (paper 3e-4)")
     gspo_eps_high: float = F(4e-4, "[eps_high] --surrogate gspo: band 1 + this for the sequence ratio s_i (paper 4e-4)")
     # off-policy correction (docs/async.md): naive = the paper's loss
@@ -186,7 +186,8 @@ LADDER = [
     ("ladder-6-dapo", dict(dynamic_sampling=True)),
 ]
 # After DAPO: row 6 with one other surrogate each (not cumulative); GSPO's row takes the aggregation it requires.
-SUCCESSORS = [("ladder-6-cispo", dict(surrogate="cispo")), ("ladder-6-gspo", dict(surrogate="gspo", loss_agg="seq-mean-token-mean"))]
+SUCCESSORS = [("ladder-6-cispo", dict(surrogate="cispo")),
+              ("ladder-6-gspo", dict(surrogate="gspo", loss_agg="seq-mean-token-mean"))]
 
 
 def _ladder_presets() -> dict[str, dict]:

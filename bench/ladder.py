@@ -435,7 +435,8 @@ def render(rows: list[dict], args, extra: list[str], command: str) -> str:
     for r in rows:
         lo, hi = r["avg_after_ci95"]
         ci = f"{r['avg_after_mean']:.3f} [{_f(lo)}, {_f(hi)}]"
-        seq = "" if r["seq_clipfrac_low_last"] is None else f"{_f(r['seq_clipfrac_low_last'], 4)} / {_f(r['seq_clipfrac_high_last'], 4)}"
+        seq = "" if r["seq_clipfrac_low_last"] is None else (
+            f"{_f(r['seq_clipfrac_low_last'], 4)} / {_f(r['seq_clipfrac_high_last'], 4)}")
         L.append(f"| {r['row']} ({r['paper_label']}) | {_f(r['paper_aime24_avg32'], 0)} | {_f(r['opt_steps_mean'], 1)} | {ci} | "
                  f"{r['avg_before_mean']:.3f} | {r['samples_generated']:.0f} | {r['samples_trained']:.0f} | {r['wall_s']:.0f} | "
                  f"{_f(r['truncated_frac_last'])} | {_f(r['entropy_last'])} | {_f(r['length_last'], 1)} | "
