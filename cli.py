@@ -153,6 +153,22 @@ def _config_rules(c, world: int, engine: str):
     yield (c.eval_limit < 0, f"--eval_limit must be >= 0 (0 = all), got {c.eval_limit}")
     yield (not 0 < c.eps_low <= c.eps_high, f"the clip range needs 0 < --eps_low <= --eps_high, got {c.eps_low} and {c.eps_high}")
     yield (c.dual_clip and c.dual_clip <= 1, f"--dual_clip must be 0 (off) or > 1, got {c.dual_clip}")
+    yield (c.surrogate not in dapo.SURROGATES, f"--surrogate must be one of {dapo.SURROGATES}, got {c.surrogate!r}")
+    yield (c.surrogate == "cispo" and not 0 <= c.cispo_low <= 1,
+           f"--cispo_low must be in [0, 1], got {c.cispo_low}: the bounds are absolute, and a floor above 1 raises the weight "
+           "of every on-policy token (SkyRL's old [1, 6]); use 0 (ScaleRL)")
+    yield (c.surrogate == "cispo" and not c.cispo_high >= 1,
+           f"--cispo_high must be >= 1, got {c.cispo_high}: the bounds are absolute (not offsets from 1), and a cap below 1 "
+           "lowers the weight of every on-policy token; use 5 (ScaleRL)")
+    yield (c.surrogate != "clip" and c.dual_clip,
+           f"--dual_clip caps the loss of the clip surrogate; --surrogate {c.surrogate} has none to cap (CISPO bounds its "
+           "weight by --cispo_high): pass --dual_clip 0")
+    yield (c.surrogate == "gspo" and c.loss_agg != "seq-mean-token-mean",
+           f"--surrogate gspo needs --loss_agg seq-mean-token-mean (GSPO's objective is a mean over responses), got "
+           f"{c.loss_agg!r}: pass --loss_agg seq-mean-token-mean")
+    yield (c.surrogate == "gspo" and not (0 < c.gspo_eps_low < 1 and c.gspo_eps_high > 0),
+           f"--gspo_eps_low must be in (0, 1) and --gspo_eps_high > 0, got {c.gspo_eps_low} and {c.gspo_eps_high} "
+           "(paper 3e-4 and 4e-4)")
     yield (not 0 <= c.overlong_factor < inf, f"--overlong_factor must be >= 0 (a negative one rewards length), got {c.overlong_factor}")
     yield (c.offpolicy_objective not in dapo.OFFPOLICY_OBJECTIVES,
            f"--offpolicy_objective must be one of {dapo.OFFPOLICY_OBJECTIVES}, got {c.offpolicy_objective!r}")

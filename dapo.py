@@ -21,6 +21,8 @@ Each DAPO intervention is one function with one config switch (train.py `Config`
     | Soft Overlong Punishment (3.4, eq. 13)  | overlong_penalty         | penalty not added        |
     | not DAPO: off-policy correction         | offpolicy_loss,          | objective "naive"        |
     |   (asynchronous training)               |   behaviour_weight       |                          |
+    | after DAPO: CISPO (MiniMax-M1, 2025)    | cispo_loss               | surrogate "clip"         |
+    | after DAPO: GSPO (Qwen, 2025)           | gspo_loss                | surrogate "clip"         |
 
 Group advantages (group_advantages) and the chunked log-prob/entropy routine (token_logprobs)
 are shared by GRPO and DAPO.
@@ -45,6 +47,9 @@ __all__ = [
     "overlong_filter",
     "dynamic_sampling_keep",
     "token_logprobs",
+    "cispo_loss",
+    "gspo_loss",
+    "SURROGATES",
     "OFFPOLICY_OBJECTIVES",
     "OFFPOLICY_WEIGHT_MODES",
     "behaviour_weight",
@@ -176,25 +181,7 @@ def policy_loss(
         )
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be None or > 1 (official scripts: 10), got {dual_clip}")
-    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.ndim != 2:
-        raise ValueError(
-            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
-            f"{tuple(mask.shape)} must all be the same (B, T)"
-        )
-    if advantages.ndim == 1:
-        if advantages.shape[0] != logp.shape[0]:
-            raise ValueError(f"advantages (B,) has B={advantages.shape[0]}, logp has B={logp.shape[0]}")
-        advantages = advantages[:, None]  # (B, 1)
-    elif advantages.shape != logp.shape:
-        raise ValueError(f"advantages must be (B,) or (B, T), got {tuple(advantages.shape)}")
-
-    valid = mask.bool()  # (B, T)
-    adv = advantages.float()  # (B, 1) or (B, T)
-    # Masked positions get log-ratio 0 (ratio 1) so garbage there can never produce inf * 0 = NaN.
-    # The clamp (LOG_RATIO_CLAMP) keeps exp() finite for extreme gaps; beyond it the loss
-    # saturates and the token's gradient is 0.
-    log_ratio = torch.where(valid, logp.float() - old_logp.float(), 0.0)  # (B, T)
-    log_ratio = log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+    valid, adv, log_ratio = _loss_inputs(logp, old_logp, advantages, mask)  # (B, T), (B, 1) or (B, T), (B, T)
     ratio = torch.exp(log_ratio)  # (B, T)
 
     unclipped = -adv * ratio  # (B, T)
@@ -206,18 +193,50 @@ def policy_loss(
     loss_tok = torch.where(valid, loss_tok, 0.0)  # (B, T)
 
     with torch.no_grad():
-        n = valid.sum().clamp(min=1).float()
         r, a = ratio.detach(), adv.expand_as(ratio)
-        frac = lambda cond: float((cond & valid).sum() / n)  # noqa: E731
+        frac = _token_share(valid)
         stats = {
             "clipfrac_low": frac((a < 0) & (r < 1.0 - eps_low)),
             "clipfrac_high": frac((a > 0) & (r > 1.0 + eps_high)),
             "clipfrac_dual": frac((a < 0) & (r > dual_clip)) if dual_clip is not None else 0.0,
-            "ratio_mean": float((r * valid).sum() / n),
-            "ratio_max": float(torch.where(valid, r, 0.0).max()) if valid.any() else 1.0,
-            "approx_kl": float((((r - 1.0) - log_ratio.detach()) * valid).sum() / n),
+            **_ratio_stats(r, log_ratio.detach(), valid),
         }
     return loss_tok, stats
+
+
+def _loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Shape checks and the first lines of every surrogate: valid (B, T) bool, adv float32 (B, 1) or
+    (B, T), log r (B, T) float32: 0 at mask == 0 (garbage there never makes inf * 0 = NaN), clamped
+    to +-LOG_RATIO_CLAMP (exp() stays finite; beyond it the gradient is 0). Raises ValueError."""
+    if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.ndim != 2:
+        raise ValueError(
+            f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
+            f"{tuple(mask.shape)} must all be the same (B, T)"
+        )
+    if advantages.ndim == 1:
+        if advantages.shape[0] != logp.shape[0]:
+            raise ValueError(f"advantages (B,) has B={advantages.shape[0]}, logp has B={logp.shape[0]}")
+        advantages = advantages[:, None]  # (B, 1)
+    elif advantages.shape != logp.shape:
+        raise ValueError(f"advantages must be (B,) or (B, T), got {tuple(advantages.shape)}")
+    valid = mask.bool()  # (B, T)
+    log_ratio = torch.where(valid, logp.float() - old_logp.float(), 0.0)  # (B, T)
+    return valid, advantages.float(), log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
+
+
+def _token_share(valid: torch.Tensor):
+    """frac(cond): the share of loss tokens (valid) where cond holds, a python float (0 if none)."""
+    n = valid.sum().clamp(min=1).float()
+    return lambda cond: float((cond & valid).sum() / n)
+
+
+def _ratio_stats(r: torch.Tensor, log_r: torch.Tensor, valid: torch.Tensor) -> dict[str, float]:
+    """ratio_mean, ratio_max and approx_kl (k3: mean of (r - 1) - log r) of token ratios over loss tokens."""
+    n = valid.sum().clamp(min=1).float()
+    return {"ratio_mean": float((r * valid).sum() / n),
+            "ratio_max": float(torch.where(valid, r, 0.0).max()) if valid.any() else 1.0,
+            "approx_kl": float((((r - 1.0) - log_r) * valid).sum() / n)}
 
 
 # --- DAPO: Token-Level Policy Gradient Loss (section 3.3, eq. 8 vs GRPO eq. 5) -------------------
@@ -438,17 +457,152 @@ def dynamic_sampling_keep(correct: torch.Tensor, group_size: int) -> torch.Tenso
     return (n_correct > 0) & (n_correct < group_size)  # (n_groups,)
 
 
-# --- beyond the paper: sampler/trainer mismatch correction (optional, off by default) ------------
+# --- after DAPO: CISPO and GSPO (not in the paper; --surrogate, default "clip" = policy_loss) -----------
+# policy_loss's contract (logp, old_logp, advantages, mask -> loss (B, T), stats), so aggregation,
+# both overlong treatments, dynamic sampling and offpolicy_loss compose with them unchanged. Both
+# act only once the ratio leaves 1 (mini-batches 2 and later of a rollout step, a policy lag).
+
+
+def cispo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+               low: float = 0.0, high: float = 5.0) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token CISPO loss: REINFORCE weighted by the clipped, detached importance ratio.
+
+    MiniMax-M1 (arXiv 2506.13585), the CISPO objective (1 / sum_i |o_i|) sum_i sum_t
+    sg(clip(r_t)) A log pi_theta(o_t), r_t = pi_theta / pi_old. As a loss per token:
+        loss_t = -sg(clamp(r_t, low, high)) * A * log pi_t,    d loss_t / d log pi_t = -clamp(r_t, low, high) * A
+    Every token keeps a gradient; only its weight is bounded. DAPO's clip (policy_loss) sets the
+    gradient of an A > 0 token to 0 once r > 1 + eps_high (A < 0: r < 1 - eps_low); MiniMax argues
+    those are the rare tokens ("However", "Wait") where a chain of thought forks. On-policy
+    (r = 1) the weight is 1 and the gradient -A, policy_loss's exactly: with the same --loss_agg
+    (token-mean) CISPO's update is DAPO's until the ratio moves. The bounds are absolute, the
+    weight lies in [low, high]: ScaleRL's clip(r, 0, 5) (arXiv 2510.13786: 4, 5 and 8 alike).
+    No dual clip: high bounds the weight of A < 0 tokens too.
+
+    Implementations disagree on what the two numbers mean:
+      - TRL (loss_type="cispo", trl/trainer/grpo_trainer.py): an absolute cap min(r, epsilon_high);
+        an offset-style 0.2 there caps every weight, on-policy ones too, at 0.2.
+      - verl (compute_policy_loss_cispo, verl/trainer/ppo/core_algos.py), slime, NeMo-RL: offsets
+        from 1, clip(r, 1 - eps_low, 1 + eps_high); NeMo-RL's recipe 1.0 / 5.0 is [0, 6].
+      - SkyRL: offsets from 1 whose defaults 0 / 5 meant [1, 6], a floor at 1 under every weight,
+        until NovaSky-AI/SkyRL PR 1928 made them 1 / 4 (ScaleRL's [0, 5]).
+    A floor above 0 keeps tokens the policy already moved away from at a fixed weight instead of
+    attenuating them, which can let the sampler/trainer KL run away off-policy
+    (thinking-machines-lab/tinker-cookbook PR 763); above 1 it raises on-policy tokens too.
+
+    Args:
+        logp: (B, T) float, log pi_theta, with gradient. Ignored at mask == 0 (any value, NaN too).
+        old_logp: (B, T) float, log pi_old (detached: no gradient reaches it). Ignored at mask == 0.
+        advantages: (B,) or (B, T) float. mask: (B, T) bool or {0, 1} float.
+        low, high: the weight's bounds, 0 <= low <= 1 <= high (math.inf: no cap).
+
+    Returns:
+        loss_tok: (B, T) float32, exactly 0 at mask == 0. Its value is -w A log pi, not an objective
+            comparable with policy_loss's; only its gradient is CISPO's.
+        stats: python floats over loss tokens: clipfrac_low / clipfrac_high (r < low / r > high:
+            weight raised to low / lowered to high, either sign of A, gradient kept); clipfrac_dual
+            0; ratio_mean, ratio_max, approx_kl as policy_loss.
+
+    Raises:
+        ValueError: bounds outside 0 <= low <= 1 <= high, shapes that disagree.
+    """
+    if not (0.0 <= low <= 1.0 <= high):
+        raise ValueError(
+            f"CISPO needs 0 <= low <= 1 <= high, got low={low}, high={high}: a bound on the wrong side "
+            "of 1 moves the weight of on-policy tokens (r = 1) away from 1 (ScaleRL: low 0, high 5)"
+        )
+    valid, adv, log_ratio = _loss_inputs(logp, old_logp.detach(), advantages, mask)  # (B, T), (B, 1) or (B, T), (B, T)
+    ratio = torch.exp(log_ratio.detach())  # (B, T), 1 at mask == 0
+    weight = ratio.clamp(low, high)  # (B, T) sg(clip(r)): detached, a constant to autograd
+    logp_valid = torch.where(valid, logp.float(), 0.0)  # (B, T): garbage at padding never enters
+    loss_tok = torch.where(valid, -weight * adv * logp_valid, 0.0)  # (B, T)
+    with torch.no_grad():
+        frac = _token_share(valid)
+        stats = {"clipfrac_low": frac(ratio < low), "clipfrac_high": frac(ratio > high), "clipfrac_dual": 0.0,
+                 **_ratio_stats(ratio, log_ratio.detach(), valid)}
+    return loss_tok, stats
+
+
+def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+              eps_low: float = 3e-4, eps_high: float = 4e-4) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token GSPO loss (its GSPO-token form): one importance ratio and one clip per response.
+
+    GSPO (Zheng et al., 2025, arXiv 2507.18071), eq. 5: objective (1/G) sum_i min(s_i A_i,
+    clip(s_i, 1 - eps_low, 1 + eps_high) A_i), with the length-normalised sequence ratio
+        s_i = exp(l_i),   l_i = (1 / |o_i|) sum_t log(pi_theta(o_t) / pi_old(o_t))   (masked mean)
+    The GSPO-token form gives every token the value s_i and a gradient of its own:
+        s_it = exp(sg(l_i) + log pi_t - sg(log pi_t))     (value s_i; d s_it / d log pi_t = s_i)
+        loss_t = max(-A s_it, -A clamp(s_it, 1 - eps_low, 1 + eps_high))
+    A token's ratio is a one-sample estimate, noisy on long answers; GSPO sets the trust region per
+    response, where the reward is given: a response whose s_i leaves the band on the side its
+    advantage pushes towards gets no gradient on any token. On-policy (s_i = 1) token t's gradient
+    is -A, and under the seq-mean-token-mean aggregation GSPO needs, -A / (|o_i| B): GRPO's
+    sample-level loss (GRPO eq. 5), which DAPO section 3.3 replaced. On-policy GSPO is GRPO's
+    sequence mean, not DAPO.
+
+    Where implementations disagree:
+      - Aggregation: verl (compute_policy_loss_gspo, verl/trainer/ppo/core_algos.py) forces
+        seq-mean-token-mean whatever loss_agg_mode says; PipelineRL weights each response by its
+        length on purpose (pipelinerl/finetune/rl/__init__.py), TRL's token-level loss types by
+        accident (huggingface/trl#3823). Here another --loss_agg is refused (cli.py).
+      - eps: the paper's 3e-4 / 4e-4 (section 5.1) suit a length-normalised ratio; recipes that
+        keep PPO's 0.2 (NeMo-RL's GSPO recipe inherits ratio_clip 0.2) almost never clip.
+      - The ratio: verl and SkyRL use the GSPO-token form; TRL, slime, NeMo-RL and OpenRLHF
+        differentiate through the mean. With one advantage per response both give one gradient.
+    No dual clip (verl's GSPO README lists one that its GSPO loss never reads).
+
+    Args:
+        logp: (B, T) float, log pi_theta, with gradient. Ignored at mask == 0 (any value): a masked
+            position never enters l_i.
+        old_logp: (B, T) float, log pi_old (detached here). Ignored at mask == 0.
+        advantages: (B,) (GSPO) or (B, T) (GSPO-token) float. mask: (B, T) bool or {0, 1} float.
+        eps_low, eps_high: the band (1 - eps_low, 1 + eps_high) of s_i; 0 < eps_low < 1, eps_high > 0.
+
+    Returns:
+        loss_tok: (B, T) float32, exactly 0 at mask == 0; aggregate it with seq-mean-token-mean.
+        stats: python floats. Over loss tokens: clipfrac_low / clipfrac_high (tokens whose gradient
+            the clip set to 0: A < 0 and s_i < 1 - eps_low / A > 0 and s_i > 1 + eps_high),
+            clipfrac_dual 0, ratio_mean, ratio_max, approx_kl of the token ratios r_t as
+            policy_loss. Over all B responses (the seq-mean denominator; one without loss tokens
+            is never clipped): seq_clipfrac_low / seq_clipfrac_high, the same per response.
+
+    Raises:
+        ValueError: eps out of range, shapes that disagree.
+    """
+    if not (0.0 < eps_low < 1.0 and eps_high > 0.0):
+        raise ValueError(f"GSPO needs 0 < eps_low < 1 and eps_high > 0, got {eps_low} and {eps_high} "
+                         "(paper: 3e-4 and 4e-4, for a ratio normalised by the response length)")
+    valid, adv, log_ratio = _loss_inputs(logp, old_logp.detach(), advantages, mask)  # (B, T), (B, 1) or (B, T), (B, T)
+    n_tok = valid.sum(dim=1).clamp(min=1)  # (B,) loss tokens per response (1 for an empty row)
+    seq_log_ratio = log_ratio.detach().sum(dim=1) / n_tok  # (B,) l_i: masked mean (0 at mask == 0)
+    logp_valid = torch.where(valid, logp.float(), 0.0)  # (B, T)
+    s = torch.exp(seq_log_ratio[:, None] + logp_valid - logp_valid.detach())  # (B, T), value s_i
+    unclipped = -adv * s  # (B, T)
+    clipped = -adv * s.clamp(1.0 - eps_low, 1.0 + eps_high)  # (B, T)
+    loss_tok = torch.where(valid, torch.maximum(unclipped, clipped), 0.0)  # (B, T)
+    with torch.no_grad():
+        s, a = s.detach(), adv.expand_as(s)  # (B, T) each
+        low_tok, high_tok = valid & (a < 0) & (s < 1.0 - eps_low), valid & (a > 0) & (s > 1.0 + eps_high)  # (B, T)
+        frac, rows = _token_share(valid), max(valid.shape[0], 1)
+        stats = {"clipfrac_low": frac(low_tok), "clipfrac_high": frac(high_tok), "clipfrac_dual": 0.0,
+                 **_ratio_stats(torch.exp(log_ratio.detach()), log_ratio.detach(), valid),
+                 "seq_clipfrac_low": float(low_tok.any(dim=1).sum()) / rows,
+                 "seq_clipfrac_high": float(high_tok.any(dim=1).sum()) / rows}
+    return loss_tok, stats
+
+
+SURROGATES = ("clip", "cispo", "gspo")  # offpolicy_loss(surrogate=...): policy_loss, cispo_loss, gspo_loss
 
 
 # --- beyond the paper: off-policy correction (asynchronous training; not a DAPO intervention) -----
 
 OFFPOLICY_OBJECTIVES = ("naive", "bypass", "decoupled")  # offpolicy_loss(objective=...)
 OFFPOLICY_WEIGHT_MODES = ("cap", "mask")  # behaviour_weight(mode=...): what happens beyond C
+OFFPOLICY_WEIGHT_LEVELS = ("token", "sequence")  # behaviour_weight(level=...): one weight per token, or per response
 
 
 def behaviour_weight(
-    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, *, cap: float, mode: str = "cap"
+    prox_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torch.Tensor, *, cap: float, mode: str = "cap",
+    level: str = "token",
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Per-token weight w = pi_prox / mu of the decoupled objective, truncated or dropped beyond C.
 
@@ -459,36 +613,45 @@ def behaviour_weight(
     tokens (w = 1) intact; C < 1 caps or drops them too. With no lag, mu differs from pi_prox only
     by the sampler's kernels (vLLM, bf16): the "cap" weight is then truncated importance sampling
     (Yao et al., 2025, "Your Efficient RL Framework Secretly Brings You Off-Policy RL Training").
+    level "sequence" (gspo_loss's) gives each response one weight, the geometric mean of its token
+    weights, exp(masked mean of log pi_prox - log mu), then C. Never exp of the sum (their product):
+    a small per-token gap compounds to ~0 on long answers (NVIDIA-NeMo/RL PR 2269: 0.06 at step 1).
 
     Args:
         prox_logp, behav_logp: (B, T) float, log pi_prox (learner, recomputed) and log mu (the
             sampler's) of each sampled token. Ignored at mask == 0 (any value, NaN included).
         mask: (B, T) bool or {0, 1} float, 1 on response tokens that count in the loss.
         cap: C > 0 (math.inf: no truncation). mode: one of OFFPOLICY_WEIGHT_MODES.
+        level: one of OFFPOLICY_WEIGHT_LEVELS.
 
     Returns:
         w: (B, T) float32 in [0, C], no gradient, 0 at mask == 0, exactly 1 where the two log-probs
             are equal (if C >= 1).
         stats: python floats over the N tokens with mask == 1: weight_mean/min/max (of w);
-            capped_frac or masked_frac (share with pi_prox / mu > C; the other mode's is 0);
+            capped_frac or masked_frac (share whose weight before the cap is > C; the other mode's is 0);
             ess = (sum w)^2 / (N sum w^2): 1 if all w are equal and > 0, 1/N if one is, 0 if none;
-            behav_kl = mean of (r - 1) - log r, r = pi_prox / mu: the k3 estimate of KL(mu || pi_prox)
-            from samples of mu (J. Schulman, http://joschu.net/blog/kl-approx.html).
+            behav_kl = mean of (r - 1) - log r, r = pi_prox / mu per token (at either level): the k3
+            estimate of KL(mu || pi_prox) from samples of mu (J. Schulman, http://joschu.net/blog/kl-approx.html).
             N = 0: weight stats and ess 1, the others 0.
 
     Raises:
-        ValueError: cap <= 0, unknown mode, mismatched shapes.
+        ValueError: cap <= 0, unknown mode or level, mismatched shapes.
     """
     if not cap > 0:  # also rejects NaN; math.inf means no truncation
         raise ValueError(f"cap (C) must be > 0, got {cap}; C >= 1 (e.g. 2 or 5) leaves on-policy tokens untouched")
     if mode not in OFFPOLICY_WEIGHT_MODES:
         raise ValueError(f"unknown weight mode {mode!r}; choose one of {OFFPOLICY_WEIGHT_MODES}")
+    if level not in OFFPOLICY_WEIGHT_LEVELS:
+        raise ValueError(f"unknown weight level {level!r}; choose one of {OFFPOLICY_WEIGHT_LEVELS}")
     if prox_logp.shape != behav_logp.shape or prox_logp.shape != mask.shape or mask.ndim != 2:
         raise ValueError(f"prox_logp {tuple(prox_logp.shape)}, behav_logp {tuple(behav_logp.shape)} and mask "
                          f"{tuple(mask.shape)} must all be the same (B, T)")
     valid = mask.bool()  # (B, T)
     log_r = torch.where(valid, prox_logp.detach().float() - behav_logp.detach().float(), 0.0)  # (B, T)
     r = torch.exp(log_r.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T), exp(0) = 1 exactly
+    if level == "sequence":
+        log_seq = log_r.sum(dim=1, keepdim=True) / valid.sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1) mean
+        r = torch.where(valid, torch.exp(log_seq), 1.0)  # (B, T): the geometric mean on each loss token
     over = valid & (r > cap)  # (B, T)
     w = torch.where(valid, r.clamp(max=cap) if mode == "cap" else torch.where(over, 0.0, r), 0.0)  # (B, T)
     n = int(valid.sum())
@@ -506,17 +669,20 @@ def behaviour_weight(
 def offpolicy_loss(
     logp: torch.Tensor, prox_logp: torch.Tensor | None, behav_logp: torch.Tensor | None,
     advantages: torch.Tensor, mask: torch.Tensor, *, objective: str, cap: float, weight_mode: str = "cap",
-    eps_low: float = 0.2, eps_high: float = 0.28, dual_clip: float | None = None,
+    surrogate: str = "clip", **params,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Per-token clipped loss of tokens sampled by an older policy mu, by one of OFFPOLICY_OBJECTIVES.
+    """Per-token loss of tokens sampled by an older policy mu, by one of OFFPOLICY_OBJECTIVES.
 
     Asynchronous generation: mu (the sampler's weights) lags pi_prox (the learner before the
-    update). The clip math is policy_loss(logp, old):
+    update). The loss is the surrogate's, of (logp, old): policy_loss (DAPO's clip), cispo_loss
+    or gspo_loss:
         "naive"      old = pi_prox, mu ignored: the synchronous loss, blind to staleness.
         "bypass"     old = mu, no weight (verl's bypass mode); needs no recomputed log-probs.
+                     CISPO anchored on mu is truncated-IS REINFORCE (PipelineRL's default loss).
         "decoupled"  old = pi_prox, times w = behaviour_weight(pi_prox, mu) (Hilton et al. 2021, AReaL):
                      the clip bounds the step around pi_prox, w corrects for sampling from mu.
-                     mu == pi_prox gives "naive" exactly (w = 1).
+                     mu == pi_prox gives "naive" exactly (w = 1). For GSPO w is one weight per
+                     response (behaviour_weight level "sequence": the geometric mean).
     Weight mode "mask" zeroes a dropped token's loss and gradient but not `mask`: aggregate_loss
     still counts it in the denominator (as AReaL does), so dropping never scales up the rest.
     With both log-probs given the stats include behaviour_weight's, whatever the objective.
@@ -527,27 +693,32 @@ def offpolicy_loss(
         behav_logp: (B, T) float, log mu (the sampler's; detached here), or None for "naive".
         advantages: (B,) or (B, T) float. mask: (B, T) bool or {0, 1}; pass it on to aggregate_loss.
         objective: one of OFFPOLICY_OBJECTIVES. cap, weight_mode: C and mode of behaviour_weight.
-        eps_low, eps_high, dual_clip: as in policy_loss.
+        surrogate: one of SURROGATES ("clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss).
+        **params: that function's keyword arguments (clip: eps_low, eps_high, dual_clip; cispo: low,
+            high; gspo: eps_low, eps_high); its defaults where absent.
 
     Returns:
         loss_tok: (B, T) float32, exactly 0 at mask == 0 and at tokens dropped by "mask".
-        stats: policy_loss's (its ratio is pi_theta / old), plus behaviour_weight's.
+        stats: the surrogate's (its ratio is pi_theta / old), plus behaviour_weight's.
 
     Raises:
-        ValueError: unknown objective, a log-prob the objective needs is None, or what policy_loss
-            and behaviour_weight raise (the latter runs, and checks cap and mode, when both are given).
+        ValueError: unknown objective or surrogate, a log-prob the objective needs is None, or what the
+            surrogate and behaviour_weight raise (the latter runs, and checks cap and mode, when both are given).
     """
     if objective not in OFFPOLICY_OBJECTIVES:
         raise ValueError(f"unknown off-policy objective {objective!r}; choose one of {OFFPOLICY_OBJECTIVES}")
+    if surrogate not in SURROGATES:
+        raise ValueError(f"unknown surrogate {surrogate!r}; choose one of {SURROGATES}")
     if prox_logp is None and objective != "bypass":
         raise ValueError(f"objective {objective!r} needs prox_logp (the learner's recomputed log-probs)")
     if behav_logp is None and objective != "naive":
         raise ValueError(f"objective {objective!r} needs behav_logp (keep the sampler's log-probs)")
     old = (behav_logp if objective == "bypass" else prox_logp).detach()  # (B, T)
-    loss_tok, stats = policy_loss(logp, old, advantages, mask, eps_low=eps_low, eps_high=eps_high,
-                                  dual_clip=dual_clip)  # (B, T)
+    loss_fn = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}[surrogate]  # per call: patchable in tests
+    loss_tok, stats = loss_fn(logp, old, advantages, mask, **params)  # (B, T)
     if prox_logp is not None and behav_logp is not None:
-        w, w_stats = behaviour_weight(prox_logp, behav_logp, mask, cap=cap, mode=weight_mode)  # (B, T)
+        level = "sequence" if surrogate == "gspo" else "token"
+        w, w_stats = behaviour_weight(prox_logp, behav_logp, mask, cap=cap, mode=weight_mode, level=level)  # (B, T)
         stats.update(w_stats)
         if objective == "decoupled":
             loss_tok = loss_tok * w  # (B, T)

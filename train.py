@@ -108,6 +108,12 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
+    surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after DAPO: cispo "
+                       "(MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); docs/algorithm.md \"After DAPO\"")
+    cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] (ScaleRL 0)")
+    cispo_high: float = F(5.0, "[1 + eps_IS_high] --surrogate cispo: highest importance weight, absolute, >= 1 (ScaleRL 5)")
+    gspo_eps_low: float = F(3e-4, "[eps_low] --surrogate gspo: band 1 - this for the sequence ratio s_i (paper 3e-4)")
+    gspo_eps_high: float = F(4e-4, "[eps_high] --surrogate gspo: band 1 + this for the sequence ratio s_i (paper 4e-4)")
     # off-policy correction (docs/async.md): naive = the paper's loss
     offpolicy_objective: str = F("naive", f"one of {dapo.OFFPOLICY_OBJECTIVES}: naive (old = the learner's recomputed log-probs, "
                                  "the official loss), bypass (old = the sampler's), decoupled (clip around the learner's, each "
@@ -179,6 +185,9 @@ LADDER = [
     ("ladder-5-token-level", dict(loss_agg="token-mean")),
     ("ladder-6-dapo", dict(dynamic_sampling=True)),
 ]
+# After DAPO: row 6 with one other surrogate each (not cumulative); GSPO's row takes the aggregation it requires.
+SUCCESSORS = [("ladder-6-cispo", dict(surrogate="cispo")),
+              ("ladder-6-gspo", dict(surrogate="gspo", loss_agg="seq-mean-token-mean"))]
 
 
 def _ladder_presets() -> dict[str, dict]:
@@ -186,7 +195,7 @@ def _ladder_presets() -> dict[str, dict]:
     for name, change in LADDER:
         acc = {**acc, **change}
         out[name] = dict(acc)
-    return out
+    return out | {name: {**acc, **change} for name, change in SUCCESSORS}
 
 
 PRESETS: dict[str, dict] = {
@@ -453,7 +462,12 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
 
     # 6. One optimizer step per mini-batch.
     t0 = time.perf_counter()
-    sums = dict.fromkeys(("loss", "clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"), 0.0)
+    params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),  # of the loss
+              "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
+              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
+    keys = ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean") + (
+        ("seq_clipfrac_low", "seq_clipfrac_high") if cfg.surrogate == "gspo" else ())  # GSPO's per-response fractions
+    sums = dict.fromkeys(("loss", *keys), 0.0)
     norms = []
     for m in trained:
         mb, (counts, per_row) = minibatches[m], den[m]
@@ -467,7 +481,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             behav = old.sampler_rows(micro, old_logp) if cfg.offpolicy_objective != "naive" else None  # (b, T) mu
             loss_tok, st = dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective,
                                                cap=cfg.offpolicy_cap, weight_mode=cfg.offpolicy_weight_mode,
-                                               eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None)
+                                               surrogate=cfg.surrogate, **params)
             old.count_weights(st, float(mask.sum()) * weight)  # the behaviour weight's diagnostics, over loss tokens
             loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
                                        **{k: v[[row_of[i] for i in micro]].to(device) for k, v in per_row.items()})
@@ -475,8 +489,8 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             (loss * weight * dist.world).backward()
             share = weight * float(mask.sum()) / counts["num_tokens"]  # this pass's share of the tokens
             sums["loss"] += weight * float(loss.detach())
-            for k in ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean"):
-                sums[k] += st[k] * share
+            for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
+                sums[k] += st[k] * (weight * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
         norms.append(plumbing.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
     if trained:

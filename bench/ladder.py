@@ -2,14 +2,25 @@
 
     OMP_NUM_THREADS=1 python bench/ladder.py                          # 6 rows x 3 seeds x 20 steps, tiny task
     OMP_NUM_THREADS=1 python bench/ladder.py --rows 1,6 --seeds 1 --steps 2 --eval_limit 16   # a smoke run
+    OMP_NUM_THREADS=1 python bench/ladder.py --rows 6,7,8 --optimizer_steps 2,8 --out runs/ladder-successors
+        # DAPO's successors (row 7 = DAPO + CISPO, row 8 = DAPO + GSPO) beside row 6, at 2 and 8
+        # optimizer steps per rollout step
     python bench/ladder.py --preset-base paper --model DIR --data dapo-math-17k.parquet \\
         --eval_data aime-2024.parquet --steps 1000 --out runs/ladder32b -- --eval_k 32   # Table 1 on a GPU node
 
 Each row is a preset of train.py ("ladder-1-grpo" ... "ladder-6-dapo", built from train.LADDER);
 each row turns on exactly one more DAPO switch than the row above, in the paper's order (rows are
-cumulative, not a factorial study). For every row and seed the script runs
+cumulative, not a factorial study). Rows 7 and 8 are not in Table 1: row 6 with the surrogate of one
+of DAPO's successors each ("ladder-6-cispo", "ladder-6-gspo" from train.SUCCESSORS; GSPO's row also
+takes the seq-mean-token-mean aggregation its objective requires), not cumulative. For every row
+and seed the script runs
 
     python train.py --preset ROW --seed S --steps N --run_dir OUT/ROW/sS [common flags] [-- extra flags]
+
+and with --optimizer_steps N1,N2 once per value, with --mini_batch_size (prompts_per_step x
+group_size) / Ni and run directory OUT/ROW/osNi/sS: on-policy (the first mini-batch of a rollout
+step) the successors equal DAPO (CISPO) or GRPO's sequence mean (GSPO) exactly, so they can only
+differ where later mini-batches train with ratios away from 1.
 
 in a subprocess (a fresh process per run: no state leaks between rows), from a copy of the code
 frozen in OUT/.code/HASH when the ladder starts (others may edit the working tree meanwhile; a finished
@@ -23,7 +34,10 @@ and writes OUT/ladder.md and OUT/ladder.json:
   samples gen.     sum over steps of envelope/samples_generated (what the rollouts cost), and of
                    envelope/active_samples (what was trained on), mean over seeds
   wall             seconds per run measured around the subprocess (load-dependent on a shared machine)
-  trunc., entropy  length/truncated_frac and policy/entropy, mean over the last --last steps
+  trunc., entropy, length, clip fractions
+                   length/truncated_frac, policy/entropy, length/mean, policy/clipfrac_low and _high
+                   (GSPO: also policy/seq_clipfrac_low / _high, per response), mean over the last
+                   --last steps; opt. steps: policy/optimizer_steps, mean over the run (measured)
 
 Common flags on the tiny task (same for every row, so they are not part of any row's difference):
 
@@ -78,7 +92,8 @@ PAPER_AIME24 = {"ladder-1-grpo": 30, "ladder-2-overlong-filter": 36, "ladder-3-c
                 "ladder-4-soft-overlong": 41, "ladder-5-token-level": 42, "ladder-6-dapo": 50}
 PAPER_LABEL = {"ladder-1-grpo": "naive GRPO", "ladder-2-overlong-filter": "+ overlong filtering",
                "ladder-3-clip-higher": "+ clip-higher", "ladder-4-soft-overlong": "+ soft overlong punishment",
-               "ladder-5-token-level": "+ token-level loss", "ladder-6-dapo": "+ dynamic sampling (= DAPO)"}
+               "ladder-5-token-level": "+ token-level loss", "ladder-6-dapo": "+ dynamic sampling (= DAPO)",
+               "ladder-6-cispo": "DAPO + CISPO", "ladder-6-gspo": "DAPO + GSPO"}
 
 # What each row can and cannot show on the tiny task (1.23M-parameter policy, answers of 16-38 tokens).
 ROW_NOTES = {
@@ -127,6 +142,22 @@ ROW_NOTES = {
         "zero advantage in rows 1-5 (or, with row 4's penalty, a pure length signal). Its cost is visible in "
         "'samples generated'. It cannot show the "
         "paper's wall-clock argument (fewer steps to a given accuracy on a cluster)."),
+    "ladder-6-cispo": (
+        "Row 6 with CISPO's loss (MiniMax-M1): -sg(clamp(r, 0, 5)) A log pi instead of the clip, so a token "
+        "the clip would stop keeps a gradient, weighted by its ratio (at most 5). On-policy it is row 6 "
+        "exactly; at 2 optimizer steps per rollout step only the second mini-batch sees r != 1, where row "
+        "6's clip rarely acts, so the two rows can differ only by noise. At 8 optimizer steps mini-batches "
+        "2-8 train with moved ratios and the clipped tokens' gradient is what differs. It can show whether "
+        "keeping it changes learning in this budget; it cannot show MiniMax's argument (rare reflective "
+        "tokens such as 'Wait' at the forks of long chains of thought), which 16-38-token sums do not have."),
+    "ladder-6-gspo": (
+        "Row 6 with GSPO (Qwen): one ratio per response (the geometric mean of its token ratios), clipped "
+        "to (1 - 3e-4, 1 + 4e-4), and the mean over responses its objective is defined with. So it differs "
+        "from row 6 even on-policy, where it is GRPO's sequence-mean loss: row 5's token-level loss is "
+        "undone (a mild change here, lengths differ by at most 2.4x). Off-policy the band is so narrow that "
+        "many responses lose their whole gradient in later mini-batches (seq clipfrac). It can show what "
+        "that costs or buys at this scale; it cannot show the paper's reason, stable training of "
+        "mixture-of-experts models whose token ratios jump when routing changes: the tiny policy is dense."),
 }
 
 # Ladder defaults on the tiny task (module docstring says why); None = train.py's own value.
@@ -210,24 +241,35 @@ def t_interval(values: list[float], level: float = 0.95) -> tuple[float, float |
 
 
 def ladder_rows() -> list[str]:
-    return [name for name, _ in train.LADDER]
+    """Table 1's six rows, then the successors' (row numbers 7 and 8)."""
+    return [name for name, _ in train.LADDER] + [name for name, _ in train.SUCCESSORS]
+
+
+def is_successor(row: str) -> bool:
+    return row in dict(train.SUCCESSORS)
+
+
+def base_row(row: str) -> str:
+    """What a row is compared with: the row above (Table 1), row 6 (a successor), tiny (row 1)."""
+    rows = ladder_rows()
+    if is_successor(row):
+        return train.LADDER[-1][0]
+    return rows[rows.index(row) - 1] if rows.index(row) else "tiny"
 
 
 def preset_diff(row: str) -> dict:
-    """{field: (value in the row above, value here)} of the resolved configs; row 1 against tiny."""
-    rows = ladder_rows()
-    i = rows.index(row)
-    prev = train.Config(**train.PRESETS[rows[i - 1] if i else "tiny"])
+    """{field: (value in base_row(row), value here)} of the resolved configs."""
+    prev = train.Config(**train.PRESETS[base_row(row)])
     cur = train.Config(**train.PRESETS[row])
     a, b = dataclasses.asdict(prev), dataclasses.asdict(cur)
     return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
 
 
 def select_rows(spec: str) -> list[str]:
-    """'1,6' or 'ladder-1-grpo,6' or '' (all) -> row names in ladder order."""
+    """'1,6' or 'ladder-1-grpo,6' or '' (Table 1's six) -> row names in ladder order (7, 8: the successors)."""
     rows = ladder_rows()
     if not spec:
-        return rows
+        return rows[: len(train.LADDER)]
     out = set()
     for part in spec.split(","):
         part = part.strip()
@@ -244,8 +286,9 @@ def _flag(value) -> str:
     return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
-def run_argv(row: str, seed: int, run_dir: Path, args, extra: list[str]) -> list[str]:
-    """train.py argv for one run: --preset ROW, base-preset values the row leaves alone, ladder flags, extras."""
+def run_argv(row: str, seed: int, run_dir: Path, args, extra: list[str], opt_steps: int | None = None) -> list[str]:
+    """train.py argv for one run: --preset ROW, base-preset values the row leaves alone, ladder flags, the
+    mini-batch size that gives `opt_steps` optimizer steps per rollout step (None: the preset's), extras."""
     argv = ["--preset", row, "--seed", str(seed), "--run_dir", str(run_dir)]
     if args.preset_base != "tiny":
         for k, v in train.PRESETS[args.preset_base].items():
@@ -255,23 +298,42 @@ def run_argv(row: str, seed: int, run_dir: Path, args, extra: list[str]) -> list
         v = getattr(args, k)
         if v is not None:
             argv += [f"--{k}", _flag(v)]
+    if opt_steps is not None:
+        group = int(_flag_value(argv + extra, row, "group_size"))
+        responses = int(_flag_value(argv + extra, row, "prompts_per_step")) * group
+        if responses % opt_steps or (responses // opt_steps) % group:
+            raise ValueError(f"--optimizer_steps {opt_steps}: {responses} responses per rollout step do not split into "
+                             f"{opt_steps} mini-batches of whole groups of {group}")
+        argv += ["--mini_batch_size", str(responses // opt_steps)]
     return argv + extra
+
+
+def _flag_value(argv: list[str], row: str, name: str):
+    """The value train.parse_config gives field `name`: its last flag in argv (--name V or --name=V), else the
+    row's preset, else the Config default (read without parsing: the config is only valid with the mini-batch size)."""
+    value = train.PRESETS[row].get(name, getattr(train.Config, name))
+    for i, arg in enumerate(argv):
+        if arg == f"--{name}" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 # --- running ---------------------------------------------------------------------------------------------
 
 
-def run_one(row: str, seed: int, args, extra: list[str]) -> dict:
+def run_one(row: str, seed: int, args, extra: list[str], opt_steps: int | None = None) -> dict:
     """Run (or reuse) one training run; returns its ladder record."""
-    run_dir = Path(args.out) / row / f"s{seed}"
-    argv = run_argv(row, seed, run_dir, args, extra)
+    run_dir = Path(args.out) / row / (f"os{opt_steps}" if opt_steps else "") / f"s{seed}"
+    argv = run_argv(row, seed, run_dir, args, extra, opt_steps)
     want = dataclasses.asdict(train.parse_config(argv))  # also validates before a subprocess starts
     meta_path = run_dir / "ladder_run.json"
     if not args.force and meta_path.exists() and (run_dir / "summary.json").exists():
         meta = json.loads(meta_path.read_text())
         if meta.get("config") == want and meta.get("code_hash") == args.code_hash:
             print(f"[ladder] reuse {row} seed {seed} ({run_dir})", flush=True)
-            return collect(row, seed, run_dir, meta["wall_s"], args.last)
+            return collect(row, seed, run_dir, meta["wall_s"], args.last, opt_steps)
     run_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false"}
     print(f"[ladder] run   {row} seed {seed}: python train.py {' '.join(argv)}", flush=True)
@@ -286,10 +348,10 @@ def run_one(row: str, seed: int, args, extra: list[str]) -> dict:
     meta_path.write_text(json.dumps({"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash},
                                     indent=1) + "\n")
     print(f"[ladder] done  {row} seed {seed} in {wall:.0f} s", flush=True)
-    return collect(row, seed, run_dir, round(wall, 1), args.last)
+    return collect(row, seed, run_dir, round(wall, 1), args.last, opt_steps)
 
 
-def collect(row: str, seed: int, run_dir: Path, wall: float, last: int) -> dict:
+def collect(row: str, seed: int, run_dir: Path, wall: float, last: int, opt_steps: int | None = None) -> dict:
     """One run's numbers from summary.json and metrics.jsonl."""
     summary = json.loads((run_dir / "summary.json").read_text())
     metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines() if l.strip()]
@@ -301,7 +363,7 @@ def collect(row: str, seed: int, run_dir: Path, wall: float, last: int) -> dict:
         return statistics.fmean(vals) if vals else None
 
     return {
-        "row": row, "seed": seed, "k": k,
+        "row": row, "opt_steps": opt_steps, "seed": seed, "k": k,
         "avg_after": summary.get(f"heldout_after/avg@{k}"), "avg_before": summary.get(f"heldout/avg@{k}"),
         "samples_generated": sum(m.get("envelope/samples_generated", 0) for m in metrics),
         "samples_trained": sum(m.get("envelope/active_samples", 0) for m in metrics),
@@ -309,26 +371,36 @@ def collect(row: str, seed: int, run_dir: Path, wall: float, last: int) -> dict:
         "truncated_frac_last": tail_mean("length/truncated_frac"), "entropy_last": tail_mean("policy/entropy"),
         "clipfrac_high_last": tail_mean("policy/clipfrac_high"), "kept_frac_mean": statistics.fmean(
             [m["groups/kept_frac"] for m in metrics]) if metrics else None,
+        "clipfrac_low_last": tail_mean("policy/clipfrac_low"), "length_last": tail_mean("length/mean"),
+        "seq_clipfrac_low_last": tail_mean("policy/seq_clipfrac_low"),
+        "seq_clipfrac_high_last": tail_mean("policy/seq_clipfrac_high"), "approx_kl_last": tail_mean("policy/approx_kl"),
+        "opt_steps_mean": statistics.fmean(m["policy/optimizer_steps"] for m in metrics) if metrics else None,
         "heldout_truncated_after": summary.get("heldout_after/truncated_frac"),
     }
 
 
-def aggregate(records: list[dict], rows: list[str]) -> list[dict]:
+AVERAGED = ("samples_generated", "samples_trained", "wall_s", "truncated_frac_last", "entropy_last", "clipfrac_high_last",
+            "kept_frac_mean", "clipfrac_low_last", "length_last", "seq_clipfrac_low_last", "seq_clipfrac_high_last",
+            "approx_kl_last", "opt_steps_mean")
+
+
+def aggregate(records: list[dict], rows: list[str], opt_steps: list) -> list[dict]:
+    """One table row per (ladder row, optimizer-steps setting): means over seeds, the interval of avg@k."""
     out = []
-    for row in rows:
-        rs = sorted((r for r in records if r["row"] == row), key=lambda r: r["seed"])
-        if not rs:
-            continue
-        mean, lo, hi = t_interval([r["avg_after"] for r in rs])
-        agg = {"row": row, "paper_label": PAPER_LABEL[row], "paper_aime24_avg32": PAPER_AIME24[row],
-               "diff": {k: list(v) for k, v in preset_diff(row).items()}, "n_seeds": len(rs), "k": rs[0]["k"],
-               "avg_after_mean": mean, "avg_after_ci95": [lo, hi], "avg_after_per_seed": [r["avg_after"] for r in rs],
-               "avg_before_mean": statistics.fmean(r["avg_before"] for r in rs)}
-        for key in ("samples_generated", "samples_trained", "wall_s", "truncated_frac_last", "entropy_last",
-                    "clipfrac_high_last", "kept_frac_mean"):
-            vals = [r[key] for r in rs if r[key] is not None]
-            agg[key] = statistics.fmean(vals) if vals else None
-        out.append(agg)
+    for n in opt_steps:
+        for row in rows:
+            rs = sorted((r for r in records if r["row"] == row and r["opt_steps"] == n), key=lambda r: r["seed"])
+            if not rs:
+                continue
+            mean, lo, hi = t_interval([r["avg_after"] for r in rs])
+            agg = {"row": row, "opt_steps": n, "paper_label": PAPER_LABEL[row], "paper_aime24_avg32": PAPER_AIME24.get(row),
+                   "diff": {k: list(v) for k, v in preset_diff(row).items()}, "n_seeds": len(rs), "k": rs[0]["k"],
+                   "avg_after_mean": mean, "avg_after_ci95": [lo, hi], "avg_after_per_seed": [r["avg_after"] for r in rs],
+                   "avg_before_mean": statistics.fmean(r["avg_before"] for r in rs)}
+            for key in AVERAGED:
+                vals = [r[key] for r in rs if r.get(key) is not None]
+                agg[key] = statistics.fmean(vals) if vals else None
+            out.append(agg)
     return out
 
 
@@ -356,28 +428,35 @@ def render(rows: list[dict], args, extra: list[str], command: str) -> str:
          "thousands of steps with 512 prompts x 16 answers each; ours is held-out avg@" f"{k} of a 1.23M-parameter "
          "policy on column addition after a few steps. Compare the direction and size of the steps between rows "
          "with their intervals, never the numbers across the two columns.", "",
-         f"| row | paper (AIME24 avg@32) | held-out avg@{k} after (95% CI) | before | samples generated | "
-         "samples trained | wall s / run | trunc. (last) | entropy (last) | clipfrac high (last) | kept frac |",
-         "|---|---|---|---|---|---|---|---|---|---|---|"]
+         f"| row | paper (AIME24 avg@32) | opt. steps | held-out avg@{k} after (95% CI) | before | samples generated | "
+         "samples trained | wall s / run | trunc. (last) | entropy (last) | length (last) | clipfrac low / high (last) | "
+         "seq clipfrac low / high (last) | kept frac |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lo, hi = r["avg_after_ci95"]
         ci = f"{r['avg_after_mean']:.3f} [{_f(lo)}, {_f(hi)}]"
-        L.append(f"| {r['row']} ({r['paper_label']}) | {r['paper_aime24_avg32']} | {ci} | {r['avg_before_mean']:.3f} | "
-                 f"{r['samples_generated']:.0f} | {r['samples_trained']:.0f} | {r['wall_s']:.0f} | "
-                 f"{_f(r['truncated_frac_last'])} | {_f(r['entropy_last'])} | {_f(r['clipfrac_high_last'], 4)} | "
-                 f"{_f(r['kept_frac_mean'], 2)} |")
+        seq = "" if r["seq_clipfrac_low_last"] is None else (
+            f"{_f(r['seq_clipfrac_low_last'], 4)} / {_f(r['seq_clipfrac_high_last'], 4)}")
+        L.append(f"| {r['row']} ({r['paper_label']}) | {_f(r['paper_aime24_avg32'], 0)} | {_f(r['opt_steps_mean'], 1)} | {ci} | "
+                 f"{r['avg_before_mean']:.3f} | {r['samples_generated']:.0f} | {r['samples_trained']:.0f} | {r['wall_s']:.0f} | "
+                 f"{_f(r['truncated_frac_last'])} | {_f(r['entropy_last'])} | {_f(r['length_last'], 1)} | "
+                 f"{_f(r['clipfrac_low_last'], 4)} / {_f(r['clipfrac_high_last'], 4)} | {seq} | {_f(r['kept_frac_mean'], 2)} |")
     L += ["", f"Interval: Student-t over seeds, mean +- t(0.975, n-1) s / sqrt(n) (n/a with one seed; not clipped to "
           "[0, 1], so a bound below 0 means the seeds disagree wildly). "
           f"Per-seed values are in ladder.json. Last-steps columns average the last {args.last} rollout steps "
           "(truncation: length/truncated_frac of the training rollouts; entropy: policy/entropy, true entropy "
-          "per response token, nats). Samples: sums over the run of envelope/samples_generated and "
+          "per response token, nats; length: length/mean of the training rollouts, tokens; clip fractions: "
+          "policy/clipfrac_low and _high, whose meaning depends on the surrogate (docs/metrics.md \"Surrogates\"); "
+          "seq clipfrac: GSPO's, per response). Opt. steps: optimizer steps per rollout step, measured "
+          "(policy/optimizer_steps, mean over the run). Samples: sums over the run of envelope/samples_generated and "
           "envelope/active_samples, mean over seeds.", "", "## What each row changes (resolved presets of train.py)", ""]
-    for r in rows:
+    for r in dict((r["row"], r) for r in rows).values():
         diff = ", ".join(f"`{k_}`: {a!r} -> {b!r}" for k_, (a, b) in r["diff"].items())
-        against = "the tiny default (DAPO recipe)" if r["row"] == ladder_rows()[0] else "the row above"
+        against = ("the tiny default (DAPO recipe)" if base_row(r["row"]) == "tiny" else
+                   "row 6 (DAPO)" if is_successor(r["row"]) else "the row above")
         L.append(f"- **{r['row']}** vs {against}: {diff}")
     L += ["", "## What each row can and cannot show at this scale", ""]
-    for r in rows:
+    for r in dict((r["row"], r) for r in rows).values():
         L += [f"**{r['row']}** ({r['paper_label']}). {ROW_NOTES[r['row']]}", ""]
     return "\n".join(L).rstrip() + "\n"
 
@@ -386,7 +465,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     ladder_argv, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(REPO / "runs" / "ladder"), help="output directory (runs, ladder.md, ladder.json)")
-    ap.add_argument("--rows", default="", help="rows to run: numbers or names, comma-separated (default all six)")
+    ap.add_argument("--rows", default="", help="rows to run: numbers or names, comma-separated (default Table 1's six; "
+                    "7 = DAPO + CISPO, 8 = DAPO + GSPO)")
+    ap.add_argument("--optimizer_steps", default="", help="optimizer steps per rollout step, comma-separated: each row runs "
+                    "once per value (--mini_batch_size = responses per rollout step / value); default: the preset's")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per row (0..N-1)")
     ap.add_argument("--preset-base", dest="preset_base", default="tiny",
                     choices=sorted(p for p in train.PRESETS if p not in ladder_rows()),
@@ -412,6 +494,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                 setattr(args, k, v)
     if args.seeds < 1 or args.jobs < 1 or args.last < 1:
         ap.error("--seeds, --jobs and --last must be >= 1")
+    try:
+        args.opt_steps = [int(x) for x in args.optimizer_steps.split(",")] if args.optimizer_steps else [None]
+    except ValueError:
+        ap.error(f"--optimizer_steps must be comma-separated integers, got {args.optimizer_steps!r}")
+    if any(n is not None and n < 1 for n in args.opt_steps):
+        ap.error("--optimizer_steps values must be >= 1")
     return args, extra
 
 
@@ -422,13 +510,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args.code_dir, args.code_hash = snapshot_code(Path(args.out))
     args.git_commit = plumbing.repo_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
-        if row != ladder_rows()[0] and len(preset_diff(row)) != 1:
-            raise ValueError(f"preset {row} changes {sorted(preset_diff(row))} against the row above; a ladder row must "
+        diff = set(preset_diff(row))
+        if is_successor(row):  # its surrogate and (GSPO) the aggregation that surrogate requires
+            if "surrogate" not in diff or diff - {"surrogate", "loss_agg"}:
+                raise ValueError(f"preset {row} changes {sorted(diff)} against row 6; a successor row changes the "
+                                 "surrogate and at most the aggregation it requires (train.SUCCESSORS)")
+        elif row != ladder_rows()[0] and len(diff) != 1:
+            raise ValueError(f"preset {row} changes {sorted(diff)} against the row above; a ladder row must "
                              "change exactly one switch (train.LADDER)")
-    jobs = [(row, seed) for seed in range(args.seeds) for row in rows]  # seed-major: a partial ladder is usable
+    # seed-major, then setting: a partial ladder is usable
+    jobs = [(row, seed, n) for seed in range(args.seeds) for n in args.opt_steps for row in rows]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        records = list(pool.map(lambda rs: run_one(rs[0], rs[1], args, extra), jobs))
-    table = aggregate(records, rows)
+        records = list(pool.map(lambda job: run_one(job[0], job[1], args, extra, job[2]), jobs))
+    table = aggregate(records, rows, args.opt_steps)
     out = Path(args.out)
     command = "python bench/ladder.py " + " ".join(argv)
     (out / "ladder.md").write_text(render(table, args, extra, command.strip()))

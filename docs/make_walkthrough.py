@@ -15,6 +15,7 @@ functions on the default model (assets/tiny-base) and the default task (tiny.py)
     dapo.aggregate_loss                                    loss weights (its gradient w.r.t. each token)
     train.build_batch, plumbing.forward_logprobs, train.update_policy   old log-probs and ONE step
     dapo.policy_loss                                       ratios, and which tokens each clip stopped
+    dapo.cispo_loss, dapo.gspo_loss                        what DAPO's successors would do with those ratios
 
 So the file cannot drift from the code: tests/test_walkthrough.py regenerates it and fails on any
 difference. Determinism: one CPU thread, float32, fixed seeds; floats are rounded to 4 decimals
@@ -347,6 +348,77 @@ def build(out_lines: list[str]) -> None:
       f"have stopped {int((stop_ppo & high).sum())} and {int((stop_ppo & ~high).sum())} (clipfrac_high "
       f"{r4(st_ppo['clipfrac_high'])}). Clip-Higher left {int(freed.sum())} token(s) free to keep growing.\n")
 
+    # --- 9. after DAPO: the same ratios under CISPO and GSPO ---------------------------------------------------------
+    n_loss = float(mask.sum())
+
+    def push(fn, mode: str, lp: torch.Tensor, **kw) -> tuple[torch.Tensor, dict]:
+        """-d(aggregated loss)/d log pi_t x N (G, T): the push each token gets, in units of 1/N (N loss tokens)."""
+        x = lp.clone().requires_grad_(True)  # (G, T)
+        loss_tok, st = fn(x, old_logp, adv_dapo, mask, **kw)  # (G, T)
+        dapo.aggregate_loss(loss_tok, mask, mode, num_tokens=n_loss, num_seqs=G).backward()
+        return -x.grad * n_loss, st  # (G, T)
+
+    surrogates = {  # name: (function, aggregation, keyword arguments), the defaults of train.Config
+        "DAPO": (dapo.policy_loss, "token-mean", dict(eps_low=EPS_LOW, eps_high=EPS_HIGH)),
+        "GRPO": (dapo.policy_loss, "seq-mean-token-mean", dict(eps_low=EPS_LOW, eps_high=EPS_LOW)),
+        "CISPO": (dapo.cispo_loss, "token-mean", dict(low=train.Config.cispo_low, high=train.Config.cispo_high)),
+        "GSPO": (dapo.gspo_loss, "seq-mean-token-mean", dict(eps_low=train.Config.gspo_eps_low,
+                                                                eps_high=train.Config.gspo_eps_high)),
+    }
+    pushes, succ_stats = {}, {}
+    for name, (fn, mode, kw) in surrogates.items():
+        pushes[name], succ_stats[name] = push(fn, mode, new_logp, **kw)  # (G, T) each
+    on_policy = {name: push(fn, mode, old_logp, **kw)[0] for name, (fn, mode, kw) in surrogates.items()}  # r = 1
+    gap_cispo = float((on_policy["CISPO"] - on_policy["DAPO"]).abs().max())
+    gap_gspo = float((on_policy["GSPO"] - on_policy["GRPO"]).abs().max())
+    seq_ratio = torch.exp((torch.log(ratio.clamp(min=1e-30)) * mask).sum(1) / mask.sum(1))  # (G,) s_i
+    lo_band, hi_band = 1 - train.Config.gspo_eps_low, 1 + train.Config.gspo_eps_high
+    zero = {name: (p == 0) & mask.bool() & (adv_t != 0) for name, p in pushes.items()}  # (G, T) gradient set to 0
+    capped = mask.bool() & (ratio > train.Config.cispo_high)  # (G, T) CISPO weight lowered to its cap
+    w("## 9. After DAPO: the same ratios under CISPO and GSPO (`dapo.cispo_loss`, `dapo.gspo_loss`)\n")
+    w("DAPO's successors change the surrogate, not the rest of the step (docs/algorithm.md \"After DAPO: CISPO and "
+      "GSPO\"). CISPO (MiniMax-M1, `--surrogate cispo`) replaces the clip by a detached weight: token t is pushed by "
+      f"clamp(r, {train.Config.cispo_low:g}, {train.Config.cispo_high:g}) x A and never stopped. GSPO (Qwen, "
+      "`--surrogate gspo`, with the sample-level mean its objective needs) takes one ratio per answer, s = "
+      "exp(mean of log r over the answer), and clips that at "
+      f"({lo_band:.4f}, {hi_band:.4f}): an answer outside the band on the side its advantage pushes towards gets no "
+      "gradient on any token. Below, every column uses the same ratios (those after the step of section 7, what a "
+      "second mini-batch would see) and the same advantages (DAPO's, section 5), so the columns differ only in the "
+      "loss; GRPO is its clip (0.8, 1.2) with the sample-level mean. Each number is the push on a token, "
+      f"-d(loss)/d log pi_t, times the N = {int(n_loss)} loss tokens (so DAPO's push at r = 1 is A itself); 0 means "
+      "the surrogate set that token's gradient to 0.\n")
+    w(f"At r = 1 (the first mini-batch of a rollout step, before any optimizer step) the pushes computed the same "
+      f"way agree: CISPO against DAPO within {gap_cispo:.1e}, GSPO against GRPO within {gap_gspo:.1e} (largest "
+      "difference over the group's tokens). The successors differ from what they replace only once the ratio moves.\n")
+    w("| i | A | tokens | GSPO s | GSPO band | push DAPO | push GRPO | push CISPO | push GSPO | zero-gradient tokens "
+      "DAPO / GRPO / CISPO / GSPO | CISPO weights capped |\n|---|---|---|---|---|---|---|---|---|---|---|")
+    for i in range(G):
+        side = "inside" if lo_band < seq_ratio[i] < hi_band else ("above" if seq_ratio[i] >= hi_band else "below")
+        zeros = " / ".join(str(int(zero[name][i].sum())) for name in surrogates)
+        w(f"| {i} | {r4(adv_dapo[i])} | {int(lengths[i])} | {r4(seq_ratio[i])} | {side} | "
+          + " | ".join(r4(pushes[name][i].sum()) for name in surrogates) + f" | {zeros} | {int(capped[i].sum())} |")
+    w("\nThe push columns are sums over each answer's tokens. A token's push under DAPO and CISPO is r x A inside "
+      "the clip range; outside it DAPO's is 0 where CISPO's stays min(r, 5) x A. GSPO's is s x A x N / (G x tokens) "
+      "for an answer it keeps, the same for every token of it.\n")
+    diff = (pushes["CISPO"] - pushes["DAPO"]).abs().sum(1)  # (G,)
+    j = int(diff.argmax())
+    w(f"### Answer {j} token by token: A = {r4(adv_dapo[j])} ({'right' if correct[j] else 'wrong'}), GSPO s = "
+      f"{r4(seq_ratio[j])}\n")
+    w("The answer where CISPO and DAPO disagree most.\n")
+    w("| t | token | ratio | push DAPO | push GRPO | push CISPO | push GSPO |\n|---|---|---|---|---|---|---|")
+    for t in range(int(lengths[j])):
+        w(f"| {t} | `{cell(tok.decode([int(resp[j, t])]))}` | {r4(ratio[j, t])} | "
+          + " | ".join(r4(pushes[name][j, t]) for name in surrogates) + " |")
+    gspo_st = succ_stats["GSPO"]
+    n_clipped = int(round((gspo_st["seq_clipfrac_low"] + gspo_st["seq_clipfrac_high"]) * G))
+    w(f"\nOver the group: DAPO's clip set {int(zero['DAPO'].sum())} tokens' gradient to 0, CISPO none "
+      f"({int(capped.sum())} weight(s) lowered to {train.Config.cispo_high:g}; `cispo_loss` stats: clipfrac_high "
+      f"{r4(succ_stats['CISPO']['clipfrac_high'])}); GSPO clipped {n_clipped} of the {G} answers whole "
+      f"(`gspo_loss` stats: seq_clipfrac_low {r4(gspo_st['seq_clipfrac_low'])}, seq_clipfrac_high "
+      f"{r4(gspo_st['seq_clipfrac_high'])}). One step at lr {DEMO_LR} moves the ratios far more than the GSPO band: "
+      "the paper's narrow band is meant for many small steps, and at 8 optimizer steps per rollout step the ladder "
+      "(docs/results.md \"Successors on the ladder\") sees a large share of answers clipped too.\n")
+
     # --- summary -------------------------------------------------------------------------------------------------
     w("## Summary: the same group under GRPO and DAPO\n")
     w("| stage | plain GRPO | DAPO |\n|---|---|---|")
@@ -360,6 +432,8 @@ def build(out_lines: list[str]) -> None:
       f"{r4(w_tok.sum(1).max())} |")
     w(f"| clip range after one step | (0.8, 1.2): {int(stop_ppo.sum())} tokens stopped | (0.8, 1.28): "
       f"{int(stop_dapo.sum())} tokens stopped |")
+    w(f"| after DAPO, the same ratios (section 9) | GSPO: {n_clipped} of {G} answers stopped whole | CISPO: no token "
+      f"stopped, {int(capped.sum())} weight(s) capped at {train.Config.cispo_high:g} |")
     w("")
 
 

@@ -6,7 +6,11 @@ process, so `python train.py` and `torchrun --nproc_per_node=2 train.py` would d
 rollouts. `python train.py --gen_shards 2` reproduces the 2-process run on one process.
 
 Responses have uneven lengths, so a per-rank or per-micro-batch loss denominator would show up
-as a difference in the weights (docs/PITFALLS.md, failure 1).
+as a difference in the weights (docs/PITFALLS.md, failure 1). The run uses --surrogate gspo, whose
+ratio is per response and whose loss is a mean over the step's responses, so the same launch
+checks that neither depends on how responses are spread over ranks and micro-batches (3 per pass,
+groups of 4). The default surrogate's token-mean is checked on 2 ranks by
+tests/test_async.py (two learner ranks and a generator) and tests/test_faults.py (the skip decision).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 # in the summed gradient can move the update by up to ~lr; a small lr keeps that below the 1e-5 bar
 # while the steps still move the weights (checked below).
 ARGS = ["--lr", "1e-5", "--steps", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6",
-        "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2", "--seed", "3"]
+        "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2", "--seed", "3",
+        "--surrogate", "gspo", "--loss_agg", "seq-mean-token-mean"]
 
 
 def _run(cmd, tmp_path):
@@ -47,6 +52,8 @@ def test_two_ranks_equal_one_rank(tmp_path):
         assert a["train/reward_mean"] == b["train/reward_mean"]  # identical rollouts
         assert a["groups/kept"] == b["groups/kept"] and a["policy/optimizer_steps"] == b["policy/optimizer_steps"]
         assert abs(a["policy/loss"] - b["policy/loss"]) <= 1e-5
+        assert a["policy/seq_clipfrac_low"] == b["policy/seq_clipfrac_low"]  # per-response stats, counted over ranks
+        assert a["policy/seq_clipfrac_high"] == b["policy/seq_clipfrac_high"]
     lengths = {json.loads(l)["response_tokens"] for l in (one / "rollouts.jsonl").read_text().splitlines()}
     assert len(lengths) > 1, "the test needs uneven response lengths"
     w1, w2 = load_file(one / "final/model.safetensors"), load_file(two / "final/model.safetensors")

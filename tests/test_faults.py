@@ -511,6 +511,15 @@ REFUSED = [
     (["--instruction", "chat"], "--instruction must be dapo or none"),
     (["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--temperature", "0.8", "--engine", "vllm"],
      "--offpolicy_objective decoupled with --top_p < 1 needs --temperature 1 with vLLM"),
+    (["--surrogate", "ppo"], "--surrogate must be one of"),
+    (["--surrogate", "cispo", "--cispo_low", "1.5"], "a floor above 1 raises the weight of every on-policy token"),
+    (["--surrogate", "cispo", "--cispo_low", "-0.1"], "--cispo_low must be in [0, 1]"),
+    (["--surrogate", "cispo", "--cispo_high", "0.2"], "--cispo_high must be >= 1"),
+    (["--surrogate", "cispo", "--dual_clip", "10"], "pass --dual_clip 0"),
+    (["--surrogate", "gspo", "--loss_agg", "seq-mean-token-mean", "--dual_clip", "10"], "pass --dual_clip 0"),
+    (["--surrogate", "gspo"], "--surrogate gspo needs --loss_agg seq-mean-token-mean"),
+    (["--preset", "ladder-6-gspo", "--gspo_eps_low", "0"], "--gspo_eps_low must be in (0, 1)"),
+    (["--preset", "ladder-6-gspo", "--gspo_eps_high=-1e-4"], "--gspo_eps_high > 0"),
 ]
 
 
@@ -530,6 +539,8 @@ ACCEPTED = [
     ["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--engine", "vllm"],  # temperature 1: vLLM's raw log-probs are like-for-like
     ["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--temperature", "0.8", "--engine", "hf"],
     ["--preset", "paper"], ["--preset", "grpo"], ["--preset", "ladder-6-dapo"],
+    ["--preset", "ladder-6-cispo"], ["--preset", "ladder-6-gspo"], ["--surrogate", "cispo", "--cispo_low", "1", "--cispo_high", "1"],
+    ["--surrogate", "cispo", "--cispo_high", "inf"], ["--preset", "paper", "--surrogate", "cispo", "--dual_clip", "0"],
 ]
 
 

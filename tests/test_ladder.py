@@ -59,8 +59,9 @@ def test_row_selection_and_passthrough():
     assert ladder.select_rows("") == [n for n, _ in train.LADDER]
     assert ladder.select_rows("6,1") == ["ladder-1-grpo", "ladder-6-dapo"]
     assert ladder.select_rows("ladder-3-clip-higher") == ["ladder-3-clip-higher"]
+    assert ladder.select_rows("8,6,7") == ["ladder-6-dapo", "ladder-6-cispo", "ladder-6-gspo"]  # the successors
     with pytest.raises(ValueError, match="row number"):
-        ladder.select_rows("7")
+        ladder.select_rows("9")
     args, extra = ladder.parse(["--preset-base", "paper", "--model", "M", "--data", "D.parquet", "--eval_data",
                                 "E.parquet", "--steps", "5", "--", "--eval_k", "32", "--lr", "2e-6"])
     argv = ladder.run_argv("ladder-3-clip-higher", 1, Path("OUT"), args, extra)
@@ -101,3 +102,32 @@ def test_ladder_smoke_run(tmp_path):
                          "--out", str(out), "--", "--prompts_per_step", "2", "--gen_prompts_per_round", "2",
                          "--mini_batch_size", "16", "--micro_batch_size", "16"])
     assert again[0]["wall_s"] == table[1]["wall_s"]
+
+
+def test_successor_rows_are_row_6_with_one_surrogate():
+    # Rows 7 and 8 are row 6 plus a surrogate (GSPO also with the aggregation it requires), not cumulative.
+    assert ladder.preset_diff("ladder-6-cispo") == {"surrogate": ("clip", "cispo")}
+    assert ladder.preset_diff("ladder-6-gspo") == {"surrogate": ("clip", "gspo"),
+                                                   "loss_agg": ("token-mean", "seq-mean-token-mean")}
+    assert ladder.base_row("ladder-6-gspo") == "ladder-6-dapo" and ladder.base_row("ladder-6-dapo") == "ladder-5-token-level"
+    args, extra = ladder.parse(["--optimizer_steps", "2,8"])
+    assert args.opt_steps == [2, 8]
+    # 16 groups x 8 answers = 128 responses per rollout step: 8 optimizer steps = mini-batches of 16
+    argv = ladder.run_argv("ladder-6-gspo", 0, Path("OUT"), args, extra, opt_steps=8)
+    cfg = train.parse_config(argv)
+    assert (cfg.mini_batch_size, cfg.surrogate, cfg.loss_agg) == (16, "gspo", "seq-mean-token-mean")
+    with pytest.raises(ValueError, match="do not split into 3 mini-batches"):
+        ladder.run_argv("ladder-6-cispo", 0, Path("OUT"), args, extra, opt_steps=3)
+
+
+def test_ladder_smoke_run_of_a_successor_at_two_settings(tmp_path):
+    out = tmp_path / "succ"
+    table = ladder.main(["--rows", "8", "--optimizer_steps", "1,2", "--seeds", "1", "--steps", "1", "--eval_limit", "4", "--jobs", "2",
+                         "--eval_k", "1", "--out", str(out), "--", "--prompts_per_step", "2", "--gen_prompts_per_round", "2",
+                         "--micro_batch_size", "16"])
+    assert [(r["row"], r["opt_steps"]) for r in table] == [("ladder-6-gspo", 1), ("ladder-6-gspo", 2)]
+    assert [r["opt_steps_mean"] for r in table] == [1.0, 2.0]  # measured policy/optimizer_steps
+    assert all(r["seq_clipfrac_low_last"] is not None and r["length_last"] > 0 for r in table)
+    md = (out / "ladder.md").read_text()
+    assert "**ladder-6-gspo** vs row 6 (DAPO): `loss_agg`: 'token-mean' -> 'seq-mean-token-mean'" in md
+    assert md.count("| ladder-6-gspo (DAPO + GSPO) |") == 2 and (out / "ladder-6-gspo" / "os2" / "s0" / "summary.json").exists()

@@ -109,6 +109,32 @@ def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
         assert torch.allclose(r, results[0], atol=1e-8, rtol=0), (r - results[0]).abs().max()
 
 
+@pytest.mark.parametrize("surrogate, loss_agg", [("cispo", "token-mean"), ("gspo", "seq-mean-token-mean")])
+def test_update_with_each_surrogate_is_invariant_to_micro_batching(tiny, surrogate, loss_agg):
+    """The same with --surrogate cispo / gspo and two mini-batches, so that the second one trains
+    with ratios away from 1 (bounds tight enough to act): the GSPO stats per response are weighted
+    by the pass's share of the responses, and equal for every split too."""
+    model0, tok = tiny
+    model0 = copy.deepcopy(model0).double()
+    batch = _random_batch(tok, n_groups=4, G=4, seed=1)
+    base = train.Config(group_size=4, prompts_per_step=4, mini_batch_size=8, loss_agg=loss_agg, lr=1e-2,
+                        surrogate=surrogate, cispo_high=1.001, gspo_eps_low=1e-4, gspo_eps_high=1e-4)
+    results, stats = [], []
+    for over in (dict(micro_batch_size=8), dict(micro_batch_size=3), dict(micro_batch_tokens=40)):
+        model = copy.deepcopy(model0)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+        stats.append(train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(),
+                                         torch.device("cpu"), tok.pad_token_id))
+        results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    assert stats[0]["policy/optimizer_steps"] == 2 and stats[0]["policy/approx_kl"] > 0  # mini-batch 2 is off-policy
+    key = "policy/seq_clipfrac_low" if surrogate == "gspo" else "policy/clipfrac_high"
+    assert stats[0][key] > 0  # the bound acted
+    for r, s in zip(results[1:], stats[1:]):
+        assert torch.allclose(r, results[0], atol=1e-8, rtol=0), (r - results[0]).abs().max()
+        for k in ("policy/clipfrac_low", "policy/clipfrac_high", "policy/seq_clipfrac_low", "policy/seq_clipfrac_high"):
+            assert s.get(k) == pytest.approx(stats[0].get(k), abs=1e-6), k  # fractions formed in float32
+
+
 class _AllWrongEngine(Engine):
     """Answers that are always wrong: every group is all-wrong, dynamic sampling keeps nothing."""
 
