@@ -111,6 +111,11 @@ class Engine:
         """Release what the engine holds (never the trainer's process group); no-op here."""
 
 
+class WeightSyncError(RuntimeError):
+    """An engine's or a generator process's weights do not match the trainer's (a sync was skipped,
+    partial or wrong); the message gives the measured log-prob gap of the probe."""
+
+
 # --- plumbing: transformers generate ------------------------------------------------------------------
 
 
@@ -492,7 +497,7 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
     Returns {"time/weight_sync": seconds} plus "sync/logprob_gap" (max |engine - trainer|
     log-prob over the probe, all ranks) when checked.
 
-    Raises vllm_engine.WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
+    Raises WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
     """
     if engine.shares_module:
         return {"time/weight_sync": engine.sync_weights(model, policy_version)}
@@ -501,8 +506,6 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
     engine.sync_weights(stream_weights(model, dtype), policy_version)
     out = {"time/weight_sync": time.perf_counter() - t0}
     if engine.sync_probe is not None:
-        from vllm_engine import WeightSyncError
-
         gap = engine.sync_gap(model, *engine.sync_probe)
         if world > 1:  # the worst group decides, on every rank (NaN counts as a failure everywhere)
             t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)

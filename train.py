@@ -613,7 +613,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             engine.wake()
             stats |= source.publish(model, step + 1)  # vLLM: streamed, then checked against the trainer
             run.end_step(step, stats, rollouts, batch, source.buffer, probe_records)  # records, metrics, non-finite streak
-            if run.checkpoint_due(step):  # --save_every, the last step, the time budget, SIGINT/SIGTERM
+            if run.checkpoint_due(step) or source.failed:  # --save_every, the last step, the time budget, SIGINT/SIGTERM,
+                # or a generator process that died during publish: keep the step just trained, then next() raises
                 run.save_checkpoint(step + 1, model, optimizer, scheduler, source.state())
             if run.interrupted:
                 return run.stop(step)

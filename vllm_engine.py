@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 import plumbing
-from rollout import Engine, Sample, SamplingParams, _GenerationConfigOf, _stop_ids
+from rollout import Engine, Sample, SamplingParams, WeightSyncError, _GenerationConfigOf, _stop_ids
 
 # vLLM warnings that are expected with this setup and say nothing about the run, each with why.
 # They are dropped unless the user configures vLLM's logging (see _vllm_env_defaults).
@@ -140,10 +140,6 @@ def _keep_default_process_group(keep: bool):
         yield
     finally:
         tdist.destroy_process_group = real
-
-
-class WeightSyncError(RuntimeError):
-    """The engine's weights do not match the trainer's (a sync was skipped, partial or wrong)."""
 
 
 class VLLMEngine(Engine):
