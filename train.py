@@ -131,7 +131,8 @@ class Config:
                                    "the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")
+    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
+                              "a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, bypass/decoupled); with --engine hf "
                                "this holds every step's logits during generation: off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
