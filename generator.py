@@ -164,9 +164,11 @@ class SharedWeights:
         self.probe_len = probe_len
 
     def handles(self) -> tuple:
+        """What the spawn arguments carry: (buffer, meta, reference, lock), shared, not copied."""
         return self.buffer, self.meta, self.reference, self.lock
 
     def spec(self) -> dict:
+        """Plain data for the start-up blob: the layout (its size grows with the model) and the probe."""
         return {"layout": self.layout, "probe_ids": self.probe_ids, "probe_len": self.probe_len}
 
     @classmethod
@@ -203,7 +205,6 @@ class SharedWeights:
         """Copy the newest weights into `model`; returns (their version, the learner's probe log-probs).
         Raises PeerGone when the learner died holding the lock."""
         with holding(self.lock, peer_gone), torch.no_grad():
-            _test_fault("exit_holding_lock", self.version)
             own = model.state_dict()
             for k, v in self.views().items():
                 own[k].copy_(v)
@@ -216,14 +217,6 @@ def _to_shared_bytes(obj) -> torch.Tensor:
     t = torch.empty(len(raw), dtype=torch.uint8).share_memory_()  # (bytes,)
     t.numpy()[:] = memoryview(raw)
     return t
-
-
-def _test_fault(point: str, version: int) -> None:
-    """Fault injection for the tests: with DAPO_TEST_FAULT=<point>, the generator dies at that point
-    (from weights version 1 on, so that the learner has trained a step). A no-op otherwise."""
-    if os.environ.get(FAULT_ENV) == point and version >= 1:
-        time.sleep(1.0)  # the batch already sent reaches the learner, which then trains on it
-        os._exit(86)
 
 
 def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
@@ -535,12 +528,26 @@ def _generate_forever(s: dict, shared: SharedWeights, sender: _Sender, learner_g
         if shared.stop_requested:
             return
         if shared.version > version:  # always the newest weights the learner has published
+            _test_fault("exit_holding_lock", shared, sender)
             version = _load_weights(shared, model, engine, atol, learner_gone)
         idle = time.perf_counter() - t0
         rollouts = s["collect"](b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, s["task"], [],
                                 version=version, n_shards=s["n_shards"])
         sender.put(("batch", Batch(b, version, rollouts, stream.position, idle)))
         shared.meta[_PRODUCED] = b + 1
+
+
+def _test_fault(point: str, shared: SharedWeights, sender: _Sender) -> None:
+    """Fault injection for the tests: with DAPO_TEST_FAULT=<point>, the generator dies there, from
+    weights version 1 on (the learner has trained a step). Otherwise one environment lookup.
+
+    exit_holding_lock: once what it has sent is written (the learner trains on it), it takes the
+    shared-weights lock, as for a weight copy, and exits holding it.
+    """
+    if os.environ.get(FAULT_ENV) == point and shared.version >= 1:
+        sender.flush(shared)
+        shared.lock.acquire()
+        os._exit(86)
 
 
 def _load_weights(shared: SharedWeights, model, engine, atol: float, learner_gone) -> int:
