@@ -17,8 +17,10 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
     chunks ("CPU Generator does not use offset": gpu_model_runner rewinds the request's
     generator offset for the discarded token of a partial prefill; a CPU torch.Generator has no
     offset). With enable_chunked_prefill=False no prefill is partial and seeded requests run
-    (measured with 48 prompts x 8 samples and a 64-token scheduling budget: the crash, then none
-    without chunking), so the CPU engine runs without chunked prefill (see `seeded`).
+    (measured, 48 prompts x 8 samples: the crash with chunked prefill and a 64-token scheduling
+    budget; none without it), so the CPU engine runs without chunked prefill (see `seeded`;
+    tests/test_vllm.py checks that a request's first prompts draw the same samples in batches of
+    different sizes).
   * Only the worker's `reload_weights` updates weights in place on CPU; `model.load_weights`
     alone fails ("'Parameter' object has no attribute 'weight_loader'"). reload_weights consumes
     its iterator lazily and keeps a layer's tensors only until that layer is complete
@@ -180,7 +182,8 @@ class VLLMEngine(Engine):
     torch.Generator of its own (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample). So a
     sequence's draws depend on the request seed and its place in the request, not on the batch
     around it, the scheduler's token budget, or torch's global generator (which generation leaves
-    alone), in- or out-of-process. What can still change a sample: the logits themselves, which
+    alone); the seed travels with the request, so also to an engine core in a process of its own
+    (measured in-process only). What can still change a sample: the logits themselves, which
     vLLM's batched kernels compute with float rounding that depends on the batch (a draw that
     falls within that rounding of a token boundary flips); the prefix cache is cleared before
     every batch so that a repeated batch repeats exactly. On CPU chunked prefill is off (module
