@@ -24,30 +24,67 @@ learner receives whole scored groups. With ETA = 0 the two processes reproduce t
 exactly (tests/test_async.py), which is how the transfer of weights is proven.
 
 Weights reach the generator through shared memory: the learner copies its parameters (gathered
-from FSDP2 shards under torchrun) into one shared-memory copy of the state dict, under a lock,
-tagged with their version, together with its own log-probs of a fixed probe sequence; the
-generator copies them into its model (and vLLM engine), then checks that its log-probs of that
-sequence match the learner's (the weight-sync check; a mismatch stops the run). This is host
-memory: on GPUs a production system would broadcast over NCCL instead.
+from FSDP2 shards under torchrun) into one flat shared-memory buffer, under a lock, tagged with
+their version, together with its own log-probs of a fixed probe sequence; the generator copies them
+into its model (and vLLM engine), then checks that its log-probs of that sequence match the
+learner's (the weight-sync check: a mismatch stops the run with rollout.WeightSyncError and the
+measured gap). This is host memory: on GPUs a production system would broadcast over NCCL instead.
 
-Failure and shutdown: the generator sends its traceback before exiting on an error, and the
-learner polls its liveness while waiting, so a crash stops the learner with that error (no hang);
-the generator ignores SIGINT/SIGTERM (the learner finishes its step, checkpoints, then stops it)
-and exits if the learner disappears. Resume: batches queued or in the making at a checkpoint are
-dropped and regenerated after --resume from the checkpoint's weights and data position, so every
-prompt is still used once, in order, and the counters continue; the regenerated batches come from
-newer weights than the lost ones did, so an interrupted asynchronous run is not bit-identical to an
-uninterrupted one.
+Start-up: the spawn start method pickles a process's arguments into a pipe that the child reads
+only after importing the learner's main module (seconds); a child that dies before reading them
+would leave the learner blocked in Process.start() on a full pipe. So the arguments are only
+handles of a few hundred bytes each (shared-memory tensors, a lock, a pipe), whatever the model or
+the dataset: the pipe's buffer (64 KiB on Linux) takes them without a reader. The bulk (config,
+task, problems, the weights' layout) travels pickled in one shared-memory byte tensor.
+
+Blocking waits, and what bounds each (docs/async.md "Blocking waits, crashes and orphans"):
+
+    learner   Process.start()                    arguments smaller than the pipe's buffer (above)
+              the next batch (`next`)            multiprocessing.connection.wait on the batch pipe
+                                                 and the process sentinel: a generator that dies is
+                                                 seen at once; one that dies mid-message gives EOF
+                                                 (the learner holds no write end of that pipe)
+              the shared-weights lock (`publish`) acquire(timeout=WAIT_S) in a loop that checks
+                                                 the generator is alive (it may die holding the lock)
+              stopping the generator (`stop`)    join(JOIN_TIMEOUT_S), then SIGKILL, then join(5)
+              collectives between learner ranks  the process group's timeout; a generator's death
+                                                 is broadcast from rank 0, so every rank raises
+    generator admission (newer weights)          the stop flag, polled every POLL_S
+              the shared-weights lock            acquire(timeout=WAIT_S) in a loop that checks the
+                                                 learner is alive
+              sending a batch                    a sender thread writes it, so generating goes on
+              flushing an error before exit      the learner's liveness, and the stop flag
+              anything else (generating, a       a watchdog thread waits on the learner's sentinel
+              blocked write, exiting)            and calls os._exit when the learner is gone; on
+                                                 Linux PR_SET_PDEATHSIG (SIGKILL) backs it up
+
+Failure and shutdown: the generator sends its error before exiting; a generator that dies stops
+the learner with that error, or with its exit code (no hang); if it dies during `publish` (holding
+the lock) the loop first checkpoints the step it has just trained (`failed`). The generator ignores
+SIGINT/SIGTERM (the learner finishes its step, checkpoints, then stops it) and exits whenever its
+learner is gone, so killing the learner (even with SIGKILL) leaves no generator and no
+multiprocessing resource tracker behind. Resume: batches queued or in the making at a checkpoint
+are dropped and regenerated after --resume from the checkpoint's weights and data position, so
+every prompt is still used once, in order, and the counters continue; the regenerated batches come
+from newer weights than the lost ones did, so an interrupted asynchronous run is not bit-identical
+to an uninterrupted one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import queue as queue_lib
 import signal
+import sys
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -58,8 +95,17 @@ import plumbing
 import rollout
 from task import PromptStream
 
-POLL_S = 0.005  # how often a waiting process looks again (seconds)
-JOIN_TIMEOUT_S = 30.0  # how long the learner waits for the generator to stop before terminating it
+POLL_S = 0.005  # how often the generator looks again for newer weights (seconds)
+WAIT_S = 0.5  # how often a process blocked on a lock looks whether its peer is still alive (seconds)
+JOIN_TIMEOUT_S = 30.0  # how long the learner waits for the generator to stop before killing it
+EXIT_LEARNER_GONE = 3  # exit status of a generator whose learner disappeared
+FAULT_ENV = "DAPO_TEST_FAULT"  # tests only (tests/test_generator_faults.py): where the generator dies on purpose
+_ALIGN = 64  # bytes: every tensor of the flat weights buffer starts at a multiple (any dtype can view it)
+_VERSION, _STOP, _PRODUCED = range(3)  # SharedWeights.meta: each entry has one writer
+
+
+class PeerGone(cli.RunStopped):
+    """The process on the other side of a wait (the generator, or its learner) is gone."""
 
 
 @dataclass
@@ -73,36 +119,104 @@ class Batch:
     generator_idle_s: float  # seconds the generator waited for new enough weights before it
 
 
-class SharedWeights:
-    """One shared-memory copy of the policy's state dict, its version, and a reference log-prob probe.
+@contextlib.contextmanager
+def holding(lock, peer_gone: Callable[[], str | None]):
+    """`with lock:` for a lock shared with another process that may die holding it (then nobody
+    ever releases it): waits WAIT_S at a time and raises PeerGone(reason) as soon as peer_gone()
+    returns a reason (a string) instead of None."""
+    while not lock.acquire(timeout=WAIT_S):
+        reason = peer_gone()
+        if reason:
+            raise PeerGone(reason)
+    try:
+        yield
+    finally:
+        lock.release()
 
-    Created by the learner (rank 0) before the generator starts; handed to the generator process
-    at spawn (torch.multiprocessing shares the tensors' memory, it does not copy them).
+
+def _layout(state: dict) -> tuple[list[tuple[str, torch.dtype, tuple, int]], int]:
+    """Where each tensor of a state dict lives in one flat byte buffer: [(name, dtype, shape, byte
+    offset)] in name order, and the buffer's size in bytes."""
+    out, offset = [], 0
+    for name, t in sorted(state.items()):
+        offset = -(-offset // _ALIGN) * _ALIGN
+        out.append((name, t.dtype, tuple(t.shape), offset))
+        offset += t.numel() * t.element_size()
+    return out, offset
+
+
+class SharedWeights:
+    """The policy's weights in one flat shared-memory buffer, their version, and a reference log-prob probe.
+
+    Created by the learner (rank 0) before the generator starts. What the generator process gets at
+    spawn is `handles()` (four small handles: the memory is shared, not copied, and their pickled size
+    does not grow with the model); the layout and the probe go in the start-up blob (`spec()`), and
+    the generator rebuilds the object with `attach`.
     """
 
     def __init__(self, state: dict, probe_ids: list[int], probe_len: int, ctx):
-        self.tensors = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in state.items()}
-        self.version = ctx.Value("i", -1)
+        self.layout, size = _layout(state)
+        self.buffer = torch.zeros(size, dtype=torch.uint8).share_memory_()  # (bytes,) every tensor, aligned
+        self.meta = torch.tensor([-1, 0, 0], dtype=torch.int64).share_memory_()  # (3,) version, stop, batches produced
+        self.reference = torch.zeros(probe_len, dtype=torch.float64).share_memory_()  # (probe_len,) learner log-probs
         self.lock = ctx.Lock()
         self.probe_ids = list(probe_ids)  # a fixed token sequence: its last probe_len tokens are scored
         self.probe_len = probe_len
-        self.reference = torch.zeros(probe_len, dtype=torch.float64).share_memory_()  # (probe_len,) learner log-probs
 
-    def publish(self, state: dict, version: int, reference: torch.Tensor) -> None:
-        """Copy `state` (full tensors) in, with the learner's probe log-probs, and mark it `version`."""
-        with self.lock:
-            for k, v in state.items():
-                self.tensors[k].copy_(v.detach())
+    def handles(self) -> tuple:
+        """What the spawn arguments carry: (buffer, meta, reference, lock), shared, not copied."""
+        return self.buffer, self.meta, self.reference, self.lock
+
+    def spec(self) -> dict:
+        """Plain data for the start-up blob: the layout (its size grows with the model) and the probe."""
+        return {"layout": self.layout, "probe_ids": self.probe_ids, "probe_len": self.probe_len}
+
+    @classmethod
+    def attach(cls, handles: tuple, spec: dict) -> SharedWeights:
+        """The generator's side: the object from the learner's handles() and spec()."""
+        self = cls.__new__(cls)
+        self.buffer, self.meta, self.reference, self.lock = handles
+        self.layout, self.probe_ids, self.probe_len = spec["layout"], spec["probe_ids"], spec["probe_len"]
+        return self
+
+    def views(self) -> dict:
+        """{name: tensor} views into the buffer (no copy)."""
+        return {name: self.buffer[off : off + torch.Size(shape).numel() * dtype.itemsize].view(dtype).view(shape)
+                for name, dtype, shape, off in self.layout}
+
+    @property
+    def version(self) -> int:
+        return int(self.meta[_VERSION])
+
+    @property
+    def stop_requested(self) -> bool:
+        return bool(self.meta[_STOP])
+
+    def publish(self, state: dict, version: int, reference: torch.Tensor, peer_gone: Callable[[], str | None]) -> None:
+        """Copy `state` (full tensors) in, with the learner's probe log-probs, and mark it `version`.
+        Raises PeerGone when the reader died holding the lock."""
+        with holding(self.lock, peer_gone):
+            for k, v in self.views().items():
+                v.copy_(state[k].detach())
             self.reference.copy_(reference.to(torch.float64))
-            self.version.value = version
+            self.meta[_VERSION] = version
 
-    def load_into(self, model) -> tuple[int, torch.Tensor]:
-        """Copy the newest weights into `model`; returns (their version, the learner's probe log-probs)."""
-        with self.lock, torch.no_grad():
+    def load_into(self, model, peer_gone: Callable[[], str | None]) -> tuple[int, torch.Tensor]:
+        """Copy the newest weights into `model`; returns (their version, the learner's probe log-probs).
+        Raises PeerGone when the learner died holding the lock."""
+        with holding(self.lock, peer_gone), torch.no_grad():
             own = model.state_dict()
-            for k, v in self.tensors.items():
+            for k, v in self.views().items():
                 own[k].copy_(v)
-            return self.version.value, self.reference.clone()
+            return self.version, self.reference.clone()
+
+
+def _to_shared_bytes(obj) -> torch.Tensor:
+    """`obj` pickled into a shared-memory byte tensor (its handle pickles small, whatever its size)."""
+    raw = pickle.dumps(obj)
+    t = torch.empty(len(raw), dtype=torch.uint8).share_memory_()  # (bytes,)
+    t.numpy()[:] = memoryview(raw)
+    return t
 
 
 def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
@@ -138,6 +252,8 @@ class InlineSource:
     """The official loop: the learner generates each step's groups itself (train.collect_groups),
     with the weights it has just trained, then hands its new weights to its engine."""
 
+    failed = None  # nothing beside the learner can fail (see AsyncGenerator.failed)
+
     def __init__(self, cfg, task, engine, tokenizer, data, dist, collect):
 
         self.cfg, self.task, self.engine, self.tokenizer, self.data, self.dist = cfg, task, engine, tokenizer, data, dist
@@ -167,6 +283,10 @@ class AsyncGenerator:
     """The learner's handle on the generator process: `next` batch, `publish` weights, `state`, stop on exit.
 
     The same interface as InlineSource, so train.py's loop reads the same either way.
+
+    failed: None, or why the generator process is gone, when `publish` found it dead (on every
+    rank). The loop then checkpoints the step it has just trained, and the next `next` (or the end
+    of the `with` block) raises cli.RunStopped with this reason.
     """
 
     buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
@@ -177,7 +297,7 @@ class AsyncGenerator:
 
         self.cfg, self.engine, self.dist = cfg, engine, dist
         self.stream_position = stream_position
-        self.proc = None
+        self.proc, self.failed = None, None
         self.probe_ids, self.probe_len = list(probe_ids), min(16, len(probe_ids) - 1)
         state = full_state_dict(model, dist)
         reference = probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank: a forward under FSDP is collective
@@ -185,20 +305,27 @@ class AsyncGenerator:
             return
         ctx = mp.get_context("spawn")
         self.shared = SharedWeights(state, self.probe_ids, self.probe_len, ctx)
-        self.shared.publish(state, start, reference)
-        self.queue, self.stop_event = ctx.Queue(), ctx.Event()
-        # cfg, task, data and `collect` (train.collect_groups) are pickled to the new process (functions and
-        # classes by reference: the generator imports nothing of train.py itself)
-        args = (cfg, collect, task, data, self.shared, self.queue, self.stop_event, start, stream_position,
-                cfg.gen_shards or dist.world, os.getpid())
-        self.proc = ctx.Process(target=_generator_main, args=args, name="dapo-generator", daemon=True)
-        self.proc.start()
+        self.shared.publish(state, start, reference, lambda: None)  # nobody else holds the lock yet
+        # the bulk, pickled once into shared memory; `collect` (train.collect_groups), the task's class and
+        # the config go by reference (the generator imports nothing of train.py itself)
+        startup = _to_shared_bytes({"cfg": cfg, "collect": collect, "task": task, "data": data, "start": start,
+                                    "stream_position": stream_position, "n_shards": cfg.gen_shards or dist.world,
+                                    "weights": self.shared.spec()})
+        self.reader, writer = ctx.Pipe(duplex=False)
+        self.proc = ctx.Process(target=_generator_main, args=(startup, self.shared.handles(), writer),
+                                name="dapo-generator", daemon=True)
+        try:
+            self.proc.start()
+        finally:
+            writer.close()  # the generator holds the only write end: its death reads as EOF here, never as a hang
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
         self.stop()
+        if self.failed and exc_type is None:  # it died at the last step's publish: still an error
+            raise cli.RunStopped(self.failed)
 
     def state(self) -> dict:
         """What a checkpoint needs to continue: the data position after the last batch trained on.
@@ -208,67 +335,83 @@ class AsyncGenerator:
     def next(self, step: int):
         """The batch for learner step `step` (train.Rollouts, with the generator's stats), on every rank.
 
-        Raises cli.RunStopped when the generator process died (with its error).
+        Raises cli.RunStopped when the generator process failed (with its error) or died (with its
+        exit code), on every rank.
         """
 
         out = None
         if self.dist.main:
-            t0, depth = time.perf_counter(), self.queue.qsize()
-            batch: Batch = pickle.loads(self._get()[1])  # pickled whole: no shared-memory handle per tensor
-            waited = time.perf_counter() - t0
-            if batch.index != step:  # batches come in order, one per step: anything else is a bug
-                raise RuntimeError(f"the learner at step {step} received the generator's batch {batch.index}")
-            for g in batch.rollouts.generated:
-                g.admission = f"lag {step - batch.version} <= max_policy_lag {self.cfg.max_policy_lag}"
-            batch.rollouts.stats.update({"async/learner_idle_s": waited, "async/generator_idle_s": batch.generator_idle_s,
-                                         "async/queue_depth": depth, "async/lag": step - batch.version})
-            out = (batch.rollouts, batch.stream_position)
+            out = ("failed", self.failed) if self.failed else self._receive(step)
         out = plumbing.broadcast_object(out, self.dist)
-        self.stream_position = out[1]
-        return out[0]
+        if out[0] == "failed":
+            raise cli.RunStopped(out[1])
+        self.stream_position = out[2]
+        return out[1]
 
-    def _get(self):
-        """The next message of the generator; raises if it sent an error or died."""
-
-        while True:
+    def _receive(self, step: int) -> tuple:
+        """("batch", rollouts, stream position) of batch `step`, or ("failed", reason)."""
+        t0, depth = time.perf_counter(), int(self.shared.meta[_PRODUCED]) - step
+        multiprocessing.connection.wait([self.reader, self.proc.sentinel])  # a message, or the process is gone
+        msg = None
+        if self.reader.poll():  # what it sent before exiting still arrives (its error)
             try:
-                msg = self.queue.get(timeout=0.5)
-            except queue_lib.Empty:
-                if not self.proc.is_alive():
-                    raise cli.RunStopped(f"the generator process exited (code {self.proc.exitcode}) without sending "
-                                              "a batch; see its output above") from None
-                continue
-            if msg[0] == "error":
-                raise cli.RunStopped(f"the generator process failed: {msg[1]}")
-            return msg
+                msg = pickle.loads(self.reader.recv_bytes())  # pickled whole: no shared-memory handle per tensor
+            except EOFError:  # it died without a message, or in the middle of one
+                pass
+        if msg is None:
+            self.proc.join(5)  # its sentinel (a pipe) may close a moment before its exit status is there
+            return "failed", f"{self._gone()} without sending batch {step}; see its output above"
+        if msg[0] == "error":
+            return "failed", f"the generator process failed: {msg[1]}"
+        batch: Batch = msg[1]
+        if batch.index != step:  # batches come in order, one per step: anything else is a bug
+            raise RuntimeError(f"the learner at step {step} received the generator's batch {batch.index}")
+        for g in batch.rollouts.generated:
+            g.admission = f"lag {step - batch.version} <= max_policy_lag {self.cfg.max_policy_lag}"
+        batch.rollouts.stats.update({"async/learner_idle_s": time.perf_counter() - t0,
+                                     "async/generator_idle_s": batch.generator_idle_s,
+                                     "async/queue_depth": max(depth, 0), "async/lag": step - batch.version})
+        return "batch", batch.rollouts, batch.stream_position
+
+    def _gone(self) -> str | None:
+        """None while the generator process runs; else what became of it."""
+        if self.proc.is_alive():
+            return None
+        code = self.proc.exitcode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"the generator process (pid {self.proc.pid}) {how}"
 
     def publish(self, model, version: int) -> dict:
         """Hand the learner's weights after `version` rollout steps to the generator (and to the
         learner's own engine, which samples the held-out and probe sets); returns metrics
-        (time/weight_sync, and sync/logprob_gap of the learner's engine when it checks one)."""
+        (time/weight_sync, and sync/logprob_gap of the learner's engine when it checks one).
+        A generator found dead here sets `failed` (every rank) instead of raising."""
 
         t0 = time.perf_counter()
         out = rollout.sync_engine(self.engine, model, version, self.dist.world)
         state = full_state_dict(model, self.dist)
         reference = probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank (FSDP)
-        if self.dist.main:
-            self.shared.publish(state, version, reference)
+        if self.dist.main and not self.failed:
+            try:
+                self.shared.publish(state, version, reference, self._gone)
+            except PeerGone as e:
+                self.failed = (f"{e} holding the shared-weights lock (during a weight copy); the learner checkpointed "
+                               f"the {version} rollout steps it had trained: --resume latest continues")
+        self.failed = plumbing.broadcast_object(self.failed, self.dist)
         return {**out, "time/weight_sync": time.perf_counter() - t0}
 
     def stop(self) -> None:
-        """Stop the generator (it may be waiting for weights or generating); never leaves it running."""
+        """Stop the generator (it may be waiting for weights or generating); never leaves it running.
+        It ignores SIGTERM (the learner decides when it stops), so a generator that does not stop
+        within JOIN_TIMEOUT_S is killed."""
         if self.proc is None:
             return
-        self.stop_event.set()
-        deadline = time.time() + JOIN_TIMEOUT_S
-        while self.proc.is_alive() and time.time() < deadline:
-            try:  # drain, so a generator blocked on a full pipe can exit
-                self.queue.get(timeout=0.1)
-            except queue_lib.Empty:
-                pass
+        self.shared.meta[_STOP] = 1
+        self.proc.join(JOIN_TIMEOUT_S)
         if self.proc.is_alive():
-            self.proc.terminate()
-        self.proc.join(timeout=5)
+            self.proc.kill()
+            self.proc.join(5)
+        self.reader.close()
         self.proc = None
 
 
@@ -286,61 +429,139 @@ def full_state_dict(model, dist) -> dict:
 # --- the generator process --------------------------------------------------------------------------
 
 
-def _generator_main(cfg, collect, task, data, shared: SharedWeights, queue, stop_event, start: int, stream_position: int,
-                    n_shards: int, learner_pid: int) -> None:
+def _exit_with_the_learner() -> Callable[[], str | None]:
+    """Make this process exit whenever its learner is gone, whatever it is doing (generating, waiting,
+    a thread blocked writing into a pipe nobody reads, exiting); returns the learner's peer_gone.
+
+    A watchdog thread waits on the learner's sentinel (the start-up pipe, which closes when the
+    learner exits, crashes or is killed) and calls os._exit: no finalizer, no thread join can hold
+    the process. On Linux the kernel backs it up (PR_SET_PDEATHSIG: SIGKILL when the thread that
+    started this process ends, which is the learner's main thread).
+    """
+    parent = multiprocessing.parent_process()
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+        if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed in the generator process")
+
+    def watch() -> None:
+        parent.join()
+        os._exit(EXIT_LEARNER_GONE)
+
+    threading.Thread(target=watch, name="learner-watchdog", daemon=True).start()
+    return lambda: None if parent.is_alive() else f"the learner (pid {parent.pid}) is gone"
+
+
+class _Sender:
+    """The generator's outbox: a thread writes each message into the learner's pipe, so generating
+    goes on while the learner has not read the last batch (as multiprocessing.Queue does, with a
+    pipe whose only writer is this process)."""
+
+    def __init__(self, conn):
+        self.conn, self.outbox = conn, queue_lib.Queue()
+        threading.Thread(target=self._run, name="generator-sender", daemon=True).start()
+
+    def put(self, msg: tuple) -> None:
+        self.outbox.put(pickle.dumps(msg))
+
+    def _run(self) -> None:
+        while True:
+            raw = self.outbox.get()
+            try:
+                self.conn.send_bytes(raw)
+            except OSError:  # the learner closed its end: it has stopped or is gone
+                os._exit(EXIT_LEARNER_GONE)
+            self.outbox.task_done()
+
+    def flush(self, shared: SharedWeights) -> None:
+        """Wait until everything put has been written (the learner reads it), or the learner asks to stop."""
+        while self.outbox.unfinished_tasks and not shared.stop_requested:
+            time.sleep(POLL_S)
+
+
+def _generator_main(startup: torch.Tensor, handles: tuple, conn) -> None:
     """Entry point of the generator process: produce batches start, start + 1, ... until stopped."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the learner decides when to stop (after its checkpoint)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-
+    learner_gone = _exit_with_the_learner()
+    sender = _Sender(conn)
+    s = pickle.loads(startup.numpy().tobytes())
+    shared = SharedWeights.attach(handles, s["weights"])
     try:
-        _generate_forever(cfg, collect, task, data, shared, queue, stop_event, start, stream_position, n_shards, learner_pid)
-    except (ValueError, OSError, cli.RunStopped) as e:  # a reason the user can act on: its message is enough
-        queue.put(("error", str(e)))
+        _generate_forever(s, shared, sender, learner_gone)
+        sender.flush(shared)  # the last batch, unless the learner asked to stop
+    except PeerGone:
+        os._exit(EXIT_LEARNER_GONE)
+    except (ValueError, OSError, cli.RunStopped, rollout.WeightSyncError) as e:  # a reason the user can act on
+        sender.put(("error", str(e)))
+        sender.flush(shared)
         raise SystemExit(2) from None
     except Exception:  # a bug: the learner raises it with the traceback; this process exits non-zero
-        queue.put(("error", traceback.format_exc(limit=8)))
+        sender.put(("error", traceback.format_exc(limit=8)))
+        sender.flush(shared)
         raise
 
 
-def _generate_forever(cfg, collect, task, data, shared, queue, stop_event, start, stream_position, n_shards,
-                      learner_pid) -> None:
-
+def _generate_forever(s: dict, shared: SharedWeights, sender: _Sender, learner_gone) -> None:
+    cfg, data = s["cfg"], s["data"]
     plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     # the device of the learner's rank 0 (untested on GPUs: the project's CI has none)
     device = torch.device("cuda:0" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
     model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
+    theirs, ours = {name for name, *_ in shared.layout}, set(model.state_dict())
+    if theirs != ours:
+        raise RuntimeError(f"the generator's model {cfg.model or 'tiny'} has other tensors than the learner's: "
+                           f"{sorted(theirs ^ ours)[:5]}")
     engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False)
     # the same weights and code: equal up to float order in fp32; the learner's bf16 compute (GPU) differs more
     atol = 2e-2 if device.type == "cuda" and cfg.bf16 else 1e-5
     stream = PromptStream(len(data), cfg.seed)
-    stream.position = stream_position
+    stream.position = s["stream_position"]
     version = -1
-    for b in range(start, cfg.steps):
+    for b in range(s["start"], cfg.steps):
         t0 = time.perf_counter()
-        while shared.version.value < b - cfg.max_policy_lag:  # admission: never start what would be too old
-            if stop_event.is_set() or os.getppid() != learner_pid:
+        while shared.version < b - cfg.max_policy_lag:  # admission: never start what would be too old
+            if shared.stop_requested:
                 return
             time.sleep(POLL_S)
-        if stop_event.is_set():
+        if shared.stop_requested:
             return
-        if shared.version.value > version:  # always the newest weights the learner has published
-            version = _load_weights(shared, model, engine, atol)
+        if shared.version > version:  # always the newest weights the learner has published
+            _test_fault("exit_holding_lock", shared, sender)
+            version = _load_weights(shared, model, engine, atol, learner_gone)
         idle = time.perf_counter() - t0
-        rollouts = collect(b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, task, [],
-                                        version=version, n_shards=n_shards)
-        queue.put(("batch", pickle.dumps(Batch(b, version, rollouts, stream.position, idle))))
+        rollouts = s["collect"](b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, s["task"], [],
+                                version=version, n_shards=s["n_shards"])
+        sender.put(("batch", Batch(b, version, rollouts, stream.position, idle)))
+        shared.meta[_PRODUCED] = b + 1
 
 
-def _load_weights(shared: SharedWeights, model, engine, atol: float) -> int:
-    """Copy the newest shared weights into the generator's model and engine, then check them."""
+def _test_fault(point: str, shared: SharedWeights, sender: _Sender) -> None:
+    """Fault injection for the tests: with DAPO_TEST_FAULT=<point>, the generator dies there, from
+    weights version 1 on (the learner has trained a step). Otherwise one environment lookup.
 
-    version, reference = shared.load_into(model)
+    exit_holding_lock: once what it has sent is written (the learner trains on it), it takes the
+    shared-weights lock, as for a weight copy, and exits holding it.
+    """
+    if os.environ.get(FAULT_ENV) == point and shared.version >= 1:
+        sender.flush(shared)
+        shared.lock.acquire()
+        os._exit(86)
+
+
+def _load_weights(shared: SharedWeights, model, engine, atol: float, learner_gone) -> int:
+    """Copy the newest shared weights into the generator's model and engine, then check them.
+
+    Raises rollout.WeightSyncError: the generator's probe log-probs differ from the learner's by more than atol.
+    """
+
+    version, reference = shared.load_into(model, learner_gone)
     own = probe_logprobs(model, shared.probe_ids, shared.probe_len)  # (probe_len,)
     gap = float((own - reference).abs().max())
     if not gap <= atol:
         raise rollout.WeightSyncError(f"generator weights version {version}: probe log-probs differ from the learner's by "
-                                      f"{gap:.3g}; the weight transfer is broken")
+                                      f"{gap:.3g} > {atol:g}; the weight transfer is broken")
     rollout.sync_engine(engine, model, version)
     if not engine.shares_module:  # vLLM: compare the engine with the model it was synced from
         engine.check_sync(model, shared.probe_ids[: -shared.probe_len], shared.probe_ids[-shared.probe_len:])

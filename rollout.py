@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
 import torch
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
@@ -111,6 +112,11 @@ class Engine:
         """Release what the engine holds (never the trainer's process group); no-op here."""
 
 
+class WeightSyncError(RuntimeError):
+    """An engine's or a generator process's weights do not match the trainer's (a sync was skipped,
+    partial or wrong); the message gives the measured log-prob gap of the probe."""
+
+
 # --- plumbing: transformers generate ------------------------------------------------------------------
 
 
@@ -177,8 +183,15 @@ class HFEngine(Engine):
     bad_words_ids, suppress_tokens, typical_p, min_p, num_beams, ... would reach the logits
     processors and the sampler would draw from another distribution than the one the trainer
     scores (tests/test_faults.py checks each field kind). top_k is 0 because transformers
-    otherwise applies top_k=50. The request seed is applied with torch.manual_seed before each
-    batch, so runs on the same hardware repeat exactly.
+    otherwise applies top_k=50.
+
+    Seeding: each sequence draws from a random stream of its own, seeded by the request seed and
+    the sequence's index in the request (`sequence_uniforms`), and the token is drawn from
+    softmax(scores) after transformers' temperature and top-p warpers by `sample_token`, inside
+    `generate` (its last logits processor; `generate` itself then runs in greedy mode and draws
+    nothing). So the samples do not depend on how sequences are batched (max_batch, the rows
+    beside them, padding) nor on torch's global generator, which generation leaves alone; the same
+    seed, prompts, parameters and weights give the same tokens on the same hardware.
 
     Sample.logprobs come from the raw logits (`output_logits`) as log_softmax(logits / T), not
     from the processed scores: after top-p those are renormalised over the nucleus, which is not
@@ -220,35 +233,39 @@ class HFEngine(Engine):
         device = next(self.model.parameters()).device
         was_training = self.model.training
         self.model.eval()
-        torch.manual_seed(params.seed)
         try:
             for s in range(0, len(flat), self.max_batch):
-                out.extend(self._generate_batch(flat[s : s + self.max_batch], params, device))
+                out.extend(self._generate_batch(flat[s : s + self.max_batch], s, params, device))
         finally:
             self.model.train(was_training)
         return [out[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
-    def _generate_batch(self, prompts: list[list[int]], params: SamplingParams, device) -> list[Sample]:
+    def _generate_batch(self, prompts: list[list[int]], first: int, params: SamplingParams, device) -> list[Sample]:
+        """Sequences first .. first + len(prompts) - 1 of the request, in one `generate` call."""
         P = max(map(len, prompts))
         ids = torch.full((len(prompts), P), self.pad_id, dtype=torch.long)  # (N, P) left-padded
         attn = torch.zeros((len(prompts), P), dtype=torch.long)  # (N, P)
         for i, p in enumerate(prompts):
             ids[i, P - len(p) :] = torch.tensor(p)
             attn[i, P - len(p) :] = 1
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
-        greedy = params.temperature == 0
         with_logprobs = self.logprobs_available(params)
-        sampling = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=params.temperature,
-                                                             top_p=params.top_p, top_k=0)
+        processors = LogitsProcessorList()  # greedy requests (temperature 0): none, generate takes the argmax
+        if params.temperature > 0:  # transformers' own warpers, as with do_sample=True; then our draw
+            processors.extend([TemperatureLogitsWarper(params.temperature)] if params.temperature != 1.0 else [])
+            processors.extend([TopPLogitsWarper(params.top_p)] if params.top_p < 1.0 else [])
+            u = sequence_uniforms(params.seed, first, len(prompts), params.max_new_tokens + 1)  # (N, steps)
+            processors.append(_SequenceSampler(u, P))
+        # do_sample=False: the token is the argmax of the processed scores, which is _SequenceSampler's draw
         request = GenerationConfig(max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
                                    eos_token_id=self.stop_ids, return_dict_in_generate=True,
-                                   output_logits=with_logprobs, **sampling)
+                                   output_logits=with_logprobs, do_sample=False)
         checkpoint_config = self.model.generation_config
         self.model.generation_config = GenerationConfig()  # blank: nothing of the checkpoint's is filled in
         try:
             gen = self.model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), generation_config=request,
-                                      synced_gpus=self.synced_gpus)
+                                      logits_processor=processors, synced_gpus=self.synced_gpus)
         finally:
             self.model.generation_config = checkpoint_config  # saved with the weights, as it came
         new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
@@ -269,6 +286,45 @@ class HFEngine(Engine):
                 end, reason = new.shape[1], "length"
             samples.append(Sample(new[i, :end].tolist(), reason, lp[i, :end].tolist() if with_logprobs else None))
         return samples
+
+
+def sequence_uniforms(seed: int, first: int, count: int, steps: int) -> torch.Tensor:
+    """(count, steps) float64 in [0, 1): the random streams of sequences first .. first + count - 1 of
+    a request with sampler seed `seed`, one row each. Row i comes from numpy's generator seeded with
+    the pair (seed, first + i) (a SeedSequence: independent streams for distinct pairs), so what a
+    sequence draws depends on the request seed and its index in the request only."""
+    return torch.from_numpy(np.stack([np.random.default_rng([seed, first + i]).random(steps) for i in range(count)]))
+
+
+def sample_token(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One draw per row from softmax(scores), by inversion of its cumulative distribution.
+
+    scores: (N, V) the processed logits of one decoding step (after temperature and top-p; -inf
+        outside the nucleus, which then has probability exactly 0).
+    u: (N,) float64 uniforms in [0, 1), one per row (sequence_uniforms).
+    Returns (N,) long: for each row the first token whose cumulative probability exceeds u times
+    the total, so token v is drawn with probability p_v exactly (in float64; tests/test_sampler.py).
+    """
+    probs = torch.softmax(scores.double(), dim=-1)  # (N, V) float64: the float32 cumsum drifts over a large vocabulary
+    cdf = probs.cumsum(-1)  # (N, V)
+    tok = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)  # (N,)
+    # u * total may round up to the total (about once in 2**53 draws): then the last token with mass
+    last = probs.shape[1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # (N,)
+    return torch.minimum(tok, last)
+
+
+class _SequenceSampler:
+    """The last logits processor of a sampling request in HFEngine: draws each row's token with
+    sample_token from that row's stream (row i of `uniforms`, column = tokens generated so far) and
+    returns scores whose argmax is that token (0 there, -inf elsewhere)."""
+
+    def __init__(self, uniforms: torch.Tensor, prompt_len: int):
+        self.uniforms, self.prompt_len = uniforms, prompt_len  # (N, max_new_tokens + 1); the padded prompt length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        t = input_ids.shape[1] - self.prompt_len  # (N, prompt_len + t) so far
+        tok = sample_token(scores, self.uniforms[:, t])  # (N,)
+        return torch.full_like(scores, float("-inf")).scatter_(1, tok.unsqueeze(1), 0.0)  # (N, V)
 
 
 # --- plumbing: the rollout record -----------------------------------------------------------------------
@@ -492,7 +548,7 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
     Returns {"time/weight_sync": seconds} plus "sync/logprob_gap" (max |engine - trainer|
     log-prob over the probe, all ranks) when checked.
 
-    Raises vllm_engine.WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
+    Raises WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
     """
     if engine.shares_module:
         return {"time/weight_sync": engine.sync_weights(model, policy_version)}
@@ -501,8 +557,6 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
     engine.sync_weights(stream_weights(model, dtype), policy_version)
     out = {"time/weight_sync": time.perf_counter() - t0}
     if engine.sync_probe is not None:
-        from vllm_engine import WeightSyncError
-
         gap = engine.sync_gap(model, *engine.sync_probe)
         if world > 1:  # the worst group decides, on every rank (NaN counts as a failure everywhere)
             t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)

@@ -137,7 +137,8 @@ class Config:
                                    "the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")
+    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
+                              "a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, bypass/decoupled); with --engine hf "
                                "this holds every step's logits during generation: off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
@@ -627,7 +628,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             engine.wake()
             stats |= source.publish(model, step + 1)  # vLLM: streamed, then checked against the trainer
             run.end_step(step, stats, rollouts, batch, source.buffer, probe_records)  # records, metrics, non-finite streak
-            if run.checkpoint_due(step):  # --save_every, the last step, the time budget, SIGINT/SIGTERM
+            if run.checkpoint_due(step) or source.failed:  # --save_every, the last step, the time budget, SIGINT/SIGTERM,
+                # or a generator process that died during publish: keep the step just trained, then next() raises
                 run.save_checkpoint(step + 1, model, optimizer, scheduler, source.state())
             if run.interrupted:
                 return run.stop(step)

@@ -15,9 +15,12 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
     vllm/v1/sample/ops/topk_topp_sampler.py, forward_native): see VLLMEngine, "Log-probs".
   * Per-request SamplingParams(seed=...) crashes on CPU as soon as a prompt is prefilled in
     chunks ("CPU Generator does not use offset": gpu_model_runner rewinds the request's
-    generator offset for the discarded token of a partial prefill). Unseeded requests draw from
-    torch's default generator instead, which in-process is the caller's: seeding it and
-    clearing the prefix cache before each batch repeats a batch exactly (see `seeded`).
+    generator offset for the discarded token of a partial prefill; a CPU torch.Generator has no
+    offset). With enable_chunked_prefill=False no prefill is partial and seeded requests run
+    (measured, 48 prompts x 8 samples: the crash with chunked prefill and a 64-token scheduling
+    budget; none without it), so the CPU engine runs without chunked prefill (see `seeded`;
+    tests/test_vllm.py checks that a request's first prompts draw the same samples in batches of
+    different sizes).
   * Only the worker's `reload_weights` updates weights in place on CPU; `model.load_weights`
     alone fails ("'Parameter' object has no attribute 'weight_loader'"). reload_weights consumes
     its iterator lazily and keeps a layer's tensors only until that layer is complete
@@ -45,10 +48,11 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import plumbing
-from rollout import Engine, Sample, SamplingParams, _GenerationConfigOf, _stop_ids
+from rollout import Engine, Sample, SamplingParams, WeightSyncError, _GenerationConfigOf, _stop_ids
 
 # vLLM warnings that are expected with this setup and say nothing about the run, each with why.
 # They are dropped unless the user configures vLLM's logging (see _vllm_env_defaults).
@@ -142,10 +146,6 @@ def _keep_default_process_group(keep: bool):
         tdist.destroy_process_group = real
 
 
-class WeightSyncError(RuntimeError):
-    """The engine's weights do not match the trainer's (a sync was skipped, partial or wrong)."""
-
-
 class VLLMEngine(Engine):
     """vLLM generation from a model directory, with weights pushed from the trainer after each step.
 
@@ -176,15 +176,19 @@ class VLLMEngine(Engine):
     vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
     which vLLM rejects, are sent with n=1 and the response repeated n times.
 
-    Seeding (`seeded`): True only with the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0,
-    the default set here). Each `generate` then clears the prefix cache and calls
-    torch.manual_seed(params.seed) before submitting the batch, so the same seed, prompts,
-    parameters and weights give the same tokens on the same machine (as HFEngine). What is not
-    seeded: vLLM's per-request seed (it crashes on CPU, see the module docstring); draws are not
-    independent of batch composition (a different batch or max_num_batched_tokens gives other
-    samples); the seed also moves torch's global generator of this process, as HFEngine does.
-    With the engine core in a separate process nothing reaches its sampler: `seeded` is False.
-    The engine-level `seed` seeds vLLM's own start-up (python, numpy, torch in the worker).
+    Seeding (`seeded` is True): every prompt goes with vLLM's per-request seed, derived from the
+    request seed and the prompt's index in the request (`prompt_seed`); vLLM gives sample k of a
+    prompt seed + k (vllm/v1/engine/parallel_sampling.py) and draws each request's tokens from a
+    torch.Generator of its own (vllm/v1/sample/ops/topk_topp_sampler.py, random_sample). So a
+    sequence's draws depend on the request seed and its place in the request, not on the batch
+    around it, the scheduler's token budget, or torch's global generator (which generation leaves
+    alone); the seed travels with the request, so also to an engine core in a process of its own
+    (measured in-process only). What can still change a sample: the logits themselves, which
+    vLLM's batched kernels compute with float rounding that depends on the batch (a draw that
+    falls within that rounding of a token boundary flips); the prefix cache is cleared before
+    every batch so that a repeated batch repeats exactly. On CPU chunked prefill is off (module
+    docstring). The engine-level `seed` seeds vLLM's own start-up (python, numpy, torch in the
+    worker) and nothing that is sampled.
 
     Tensor parallelism (`tp` > 1, under torchrun): ranks [g*tp, (g+1)*tp) run engine g together,
     each holding 1/tp of its weights. Every call that reaches vLLM (generate, check_sync) first
@@ -257,7 +261,7 @@ class VLLMEngine(Engine):
         if sync_via == "iterator" and not self.in_process:
             raise ValueError("sync_via='iterator' needs the engine in-process: set VLLM_ENABLE_V1_MULTIPROCESSING=0, or use 'disk'")
         self.sync_via = sync_via if sync_via != "auto" else ("iterator" if self.in_process else "disk")
-        self.seeded = self.in_process  # see the class docstring
+        self.seeded = True  # per-request seeds (see the class docstring)
         self.model_dir, self.max_model_len, self.dtype = str(model_dir), int(max_model_len), dtype
         self.stop_ids = _stop_ids(_GenerationConfigOf(self.model_dir), tokenizer)
         self._shm_dir, self._sync_dir = Path(shm_dir), None
@@ -272,6 +276,10 @@ class VLLMEngine(Engine):
             model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
             max_model_len=self.max_model_len, logprobs_mode=logprobs_mode, generation_config="vllm",
         )
+        from vllm.platforms import current_platform
+
+        if current_platform.is_cpu():  # seeded requests crash on a partial prefill there (module docstring)
+            kwargs["enable_chunked_prefill"] = False
         if self.tp > 1:
             world = tdist.get_world_size() if self._trainer_owns_default_group else 1
             if world % self.tp or not self.in_process:
@@ -327,11 +335,11 @@ class VLLMEngine(Engine):
             return params.temperature == 1.0
         return params.top_p == 1.0
 
-    def _vllm_params(self, params: SamplingParams):
+    def _vllm_params(self, params: SamplingParams, seed: int | None = None):
         from vllm import SamplingParams as VSamplingParams
 
         return VSamplingParams(
-            n=params.n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p,
+            n=params.n, max_tokens=params.max_new_tokens, temperature=params.temperature, top_p=params.top_p, seed=seed,
             top_k=0,  # 0 disables top-k in vLLM (sampling_params.py); the policy is the full distribution
             # the sampled token's log-prob only, and only when it is the trainer's (logprobs_available)
             logprobs=0 if self.logprobs_available(params) else None,
@@ -372,14 +380,14 @@ class VLLMEngine(Engine):
                 f"prompt ({longest} tokens) + max_new_tokens ({params.max_new_tokens}) exceeds the engine's "
                 f"max_model_len {self.max_model_len}; vLLM would cut the response early: raise max_model_len"
             )
-        if self.seeded:
-            self._reset_prefix_cache()  # cache hits change the chunking, hence the order of random draws
-            torch.manual_seed(params.seed)
+        self._reset_prefix_cache()  # KV blocks cached by another batch were computed with other float rounding
         greedy = params.temperature == 0
         # vLLM rejects n > 1 with greedy decoding; the n greedy responses are identical, so ask for one
         # and repeat it (as HFEngine returns n identical greedy rows).
-        vparams = self._vllm_params(replace(params, n=1) if greedy else params)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], vparams, use_tqdm=False)
+        request = replace(params, n=1) if greedy else params
+        per_prompt = [self._vllm_params(request, seed=prompt_seed(params.seed, j)) for j in range(len(prompts))]
+        vparams = per_prompt[0]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], per_prompt, use_tqdm=False)
         if len(outs) != len(prompts):
             raise RuntimeError(f"vLLM returned {len(outs)} outputs for {len(prompts)} prompts")
         result = []
@@ -537,6 +545,12 @@ class VLLMEngine(Engine):
             del llm, client
             gc.collect()
         self.group = None  # destroyed with the default group
+
+
+def prompt_seed(seed: int, index: int) -> int:
+    """vLLM's per-request seed of prompt `index` of a request with sampler seed `seed` (a 31-bit hash of
+    the pair; vLLM seeds that prompt's sample k with it + k)."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] >> 1)
 
 
 def _full_tensors(pairs: Iterable[tuple[str, torch.Tensor]]):

@@ -42,7 +42,7 @@ from rollout import Engine, Sample, SamplingParams
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
 T, TOP_P = 0.7, 0.9  # the engine's request: neither is the default, so both warpers are built
-EXPECTED_PROCESSORS = ["TemperatureLogitsWarper", "TopPLogitsWarper"]
+EXPECTED_PROCESSORS = ["TemperatureLogitsWarper", "TopPLogitsWarper", "_SequenceSampler"]  # the last one draws the token
 
 # One value per field kind that transformers' generate (GenerationMixin._prepare_generation_config,
 # _get_logits_processor, _get_stopping_criteria, generation modes) reads from model.generation_config

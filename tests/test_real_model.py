@@ -60,7 +60,7 @@ def test_two_steps_on_dapo_math_17k_with_smollm2(smollm2_dir, tmp_path, monkeypa
                 "--eval_limit", "2", "--eval_k", "1", "--steps", "2", "--group_size", "2",
                 "--prompts_per_step", "2", "--gen_prompts_per_round", "2", "--mini_batch_size", "2",
                 "--micro_batch_size", "2", "--max_response_len", "16", "--overlong_buffer", "4",
-                "--dynamic_sampling", "false", "--max_prompt_len", "512", "--prompt_truncation", "skip", "--lr", "1e-5", "--seed", "0",
+                "--dynamic_sampling", "false", "--max_prompt_len", "512", "--prompt_truncation", "skip", "--lr", "1e-5", "--seed", "2",
                 "--run_dir", str(run)])
 
     meta = json.loads((run / "config.json").read_text())

@@ -252,7 +252,7 @@ def test_output_is_prompt_major_in_input_order(engine, prompts):
 
 
 def test_seed_repeats_a_batch_and_a_new_seed_changes_it(engine, prompts):
-    assert engine.seeded  # in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    assert engine.seeded  # per-request seeds
 
     def tokens(seed):
         out = engine.generate(prompts * 4, SamplingParams(n=4, max_new_tokens=32, temperature=1.0, seed=seed))
@@ -261,6 +261,14 @@ def test_seed_repeats_a_batch_and_a_new_seed_changes_it(engine, prompts):
     first = tokens(11)
     assert tokens(12) != first
     assert tokens(11) == first  # after another batch, and with the prefix cache warm from it
+
+
+def test_samples_do_not_depend_on_the_batch_around_them(engine, prompts):
+    """Per-request seeds: the first prompts of a request draw the same samples in a batch of 2 or 4 x as many
+    (another batch composition and other scheduling steps)."""
+    params = SamplingParams(n=4, max_new_tokens=32, temperature=1.0, seed=5)
+    big, small = engine.generate(prompts * 8, params), engine.generate(prompts[:2], params)
+    assert [[s.token_ids for s in g] for g in small] == [[s.token_ids for s in g] for g in big[:2]]
 
 
 def test_too_long_request_fails_before_generating(engine, prompts):
