@@ -6,8 +6,9 @@ prediction, a reason code). It never raises on model text; it raises on a bad gr
 unknown mode. Three modes:
 
 - "dapo" (default; integer ground truths as in DAPO-Math-17k and AIME). The last "Answer:" line
-  decides, as in the official rule, without its false negatives. Pure string work, linear time,
-  no parser and no subprocess: this is the reward in the hot loop.
+  decides, as in the official rule, without its false negatives, and every value the final answer
+  section states must agree with it (deviation 23). Pure string work, linear time, no parser and
+  no subprocess: this is the reward in the hot loop.
 - "dapo-official": the official rule bit for bit, so a reproduction can score exactly as the paper
   did (DAPO, Yu et al. 2025, arXiv:2503.14476, whose reward is verl's
   `verl/utils/reward_score/math_dapo.py` `compute_score` with its default `strict_box_verify=False`):
@@ -32,16 +33,27 @@ How the "dapo" mode departs from the official rule, with the case that motivated
  4. Math delimiters and wrappers around the value are removed, in any nesting:
     "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
  5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
- 6. Thousands separators are removed wherever they are valid groupings, LaTeX ones included:
-    "Answer: 1\\,000", "Answer: 1{,}000." for 1000 (official: only bare "1,000" with nothing else).
+ 6. Thousands separators are removed wherever they are valid groupings (one to three digits, then
+    groups of exactly three, one kind of separator throughout): commas, LaTeX's "1\\,000",
+    "1{,}000", "1,\\!000", "2\\ 500\\ 000", "2~500~000", spaces, thin and no-break spaces,
+    "2 500 000" (official: only bare "1,000" with nothing else). "2 50 000", "25,00,000",
+    "1,000 000" and "12 13" are not groupings: a list is never read as one number.
  7. A response with no "Answer:" line is judged on its last box (deviation 13 lists the spellings).
     "... so the answer is \\boxed{13}." : official wrong.
  8. A box inside the answer line is the value, whatever the words around it.
     "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
- 9. Unit words and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "13^\\circ",
-    "13\\%", "\\$13". Official removes only a fixed list of units.
-10. "13.0" equals 13 (a zero fraction); U+2212 "−3" is "-3"; a full-width colon "Answer：" is a
-    marker (the Chinese DAPO-Math-17k prompts produce it).
+ 9. Units and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "\\$13", "13\\%",
+    degrees in every spelling ("13^\\circ", "13^{\\circ}", "13\\degree", "13\\textdegree", "13°"),
+    compound and LaTeX units ("12 \\text{ m/s}", "8\\ \\mathrm{cm}^3", "30 \\mbox{ dollars}",
+    "12\\,\\mathrm{m\\,s^{-1}}", "100 km/h"), units outside the value's math ("$12$ meters").
+    A unit is a word of two letters or more, any letters inside a text command (but not an upright
+    i, e or j), or a compound of SI symbols; never a word that changes, hedges or hides the value:
+    "13 or more", "13 pi", "6 squared", "12 dozen", "12 x", "12 x/y", "12\\mathrm{i}" stay
+    malformed, and a scale word is part of the value ("2.5 million" is 2500000, short scale).
+    Official removes only a fixed list of units.
+10. "13.0" equals 13 (a zero fraction); U+2212 "−3" is "-3", and a space may follow the sign
+    ("$- 4$", "-\\,4"; an en dash is not a minus sign); a full-width colon "Answer：" is a marker
+    (the Chinese DAPO-Math-17k prompts produce it).
 11. The instruction echoed from the prompt is not an answer: "Answer: $Answer" and
     'after "Answer:".' are skipped. Official judges the echo when it comes last.
 12. Only text after the last "</think>" counts, and a response whose last tag is an unclosed
@@ -50,8 +62,10 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     "\\framebox[2cm][c]{314}", "\\colorbox{yellow}{314}", "\\fcolorbox{red}{white}{314}",
     "\\Aboxed{x &= 314}" (mathtools), "\\bbox[border:1px]{314}" (MathJax), "\\doublebox{314}",
     "\\ovalbox", "\\Ovalbox", "\\shadowbox" (fancybox). Official reads none of them (its boxed
-    variant, `strict_box_verify=True`, looks for "\\boxed{" only). A box command with no braced
-    argument ("\\boxed 314": TeX would frame the "3" alone) is malformed.
+    variant, `strict_box_verify=True`, looks for "\\boxed{" only). A box command with no brace group
+    ("\\boxed 7", "\\fbox 7", "$\\boxed 314$.") boxes the rest of its math or line, as the MATH
+    benchmark's own grader reads it (`last_boxed_only_string`, also in lm-evaluation-harness
+    `minerva_math`); a box with nothing after it is malformed.
 14. The answer line may sit inside display or inline math, the closing delimiter outside the
     value: "\\[Answer: 512\\]", "$$Answer: 512$$", "\\(Answer: 512\\)", "$\\text{Answer: } 512$",
     "\\textbf{Answer:} 512", "\\begin{equation}Answer: 512\\end{equation}", "Answer:\\n\\[\\n512\\n\\]",
@@ -64,7 +78,12 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     according, so, hence, thus, therefore only after punctuation ("12 by 13" stays unread); "as
     well as" and "such as" open none. Only the value before it counts, so a clause can never add a
     candidate; "56, 57", "56 or 57" and "56, as well as 57" stay several answers. Official: wrong
-    for all (it keeps the text after the last "=": "56.").
+    for all (it keeps the text after the last "=": "56."). So is a gloss in brackets or a closing
+    phrase of words alone after a comma, dash or full stop, "36 (thirty-six)", "81, altogether.",
+    "17. I hope it is correct.", and a statement before the value, "The final answer is $17$" (the
+    Minerva format). Number words in a gloss or phrase must spell the value ("36 (thirty-seven)" and
+    "12, thirteen" are multiple_answers), and words that change or hedge it ("81, approximately",
+    "81, to the nearest integer", "81, or so", "6 (squared)") leave the answer malformed.
 
 And where it is stricter (each an exploit of a string-matching reward; all score "wrong"):
 
@@ -83,17 +102,44 @@ And where it is stricter (each an exploit of a string-matching reward; all score
     corrects itself can do so before writing it (or inside <think>). An earlier line's value is
     its reading by the rules above, else the number it starts with ("17. Wait, ..." states 17);
     a line that states no number ("To answer: we first ...") is not compared. Earlier boxes are
-    not compared (a box may hold an intermediate result); only boxes after the final line are (17).
+    compared only inside the final answer section (23): a box may hold an intermediate result.
 
-The "math" mode extracts the final answer with the same rules (1-18; the last "Answer:" line
-decides, earlier ones are not compared as in 20), then: our normaliser removes
+Added in dapo-verifier-3 (each kind has its table of cases in tests/test_verifier_notation.py):
+
+23. The final answer section: the final statement (the last "Answer:" line, else the last box) with
+    every box and stated value that only answer-statement text separates from it, and every value
+    must be the same. That text is line breaks, punctuation, markdown, math delimiters and LaTeX
+    spacing, list markers ("1.", "(2)", "-"), and the words of a statement or a hedge (answer,
+    final, the, is, are, so, thus, hence, therefore, or, and, also, maybe, perhaps, possibly,
+    alternatively, either, it, could, might, be). Any other word is reasoning and ends the section,
+    wherever the line breaks fall. So a column of boxed guesses, "\\boxed{3}\\n\\boxed{4}\\n...
+    \\n\\boxed{19}" (official and dapo-verifier-2: correct for 19), boxes in one display or an
+    aligned environment, a box above "Answer: 19", "The answer is 17." above "\\boxed{19}", and
+    "Answer: 19\\n18\\n17" are multiple_answers, while a retraction in words, "\\boxed{12}. Wait,
+    that double counts... **Final Answer** \\boxed{15}", leaves 15, on one line or many (its words
+    are the reasoning a correction needs; a policy that pads guesses with them gains nothing, since
+    only the last is read). A bare number above the section is not read (the end of a computation),
+    one below it is. More than MAX_FINAL_BOXES values is spam; the section reaches SECTION_REACH
+    bytes each way (bounded work).
+24. Exact integers of any length: an answer of digits alone (valid groupings allowed, in one box or
+    none) is compared whole, past MAX_ANSWER_CHARS ("Answer: " and the 1,202 digits of 525!);
+    anything else keeps the limit.
+25. Scientific notation, exact: "3.5 \\times 10^{4}", "3.5\\cdot10^4", "3.5e4", "35 \\times 10^3"
+    are 35000 ("10^12" is 10^{12}, as math-verify reads it); a value that is not an integer is wrong
+    ("3.14 \\times 10^1"); the exponent has at most four digits; "10^4" alone and "3.5 \\times 10"
+    are arithmetic, malformed.
+26. Either side of an equation states the value: "17 = x", "512 = 2^9", "x = 512 = 2^{9}"; every
+    side that reads as a number must agree ("12 = 13", "16 = 4^2 = 17" are multiple_answers).
+
+The "math" mode extracts the final answer with the same rules (1-18 and 23; the last "Answer:"
+line decides, earlier ones are not compared as in 20), then: our normaliser removes
 \\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
 lists count as several answers unless the ground truth is a set of values too (22), and an
 ellipsis unless the ground truth has one; non-ASCII characters other than a few math symbols
 (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings or two plain integers are decided here;
 everything else goes to math-verify's LaTeX parser and `verify` (percent and degrees compare as
 plain numbers there: "50\\%" == 50, "30^\\circ" == 30). math-verify's plain-expression extractor is
-never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-verify 0.9.0:
+never used: it calls sympy's parse_expr, i.e. eval(). Departures from math-verify 0.9.0:
 
 21. Numbers are compared exactly, not by rounding. math-verify rounds to 6 decimal places when
     either side is a decimal and otherwise drops differences below about 1e-15, so
@@ -107,7 +153,22 @@ never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-v
 22. Both signs listed are the set that "\\pm" denotes: "\\boxed{-12, 12}", "\\boxed{12, -12}",
     "12 \\text{ or } -12" for "\\pm 12", and "\\pm 12" for "-12, 12", are correct; "\\boxed{12}"
     alone is not (a set is compared as a whole, so an extra value never helps). When the ground
-    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}".
+    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}",
+    and so do the boxes of the final answer section (23), "\\boxed{12}\\n\\boxed{-12}".
+27. A repeating decimal is the exact fraction it denotes: "0.\\overline{6}" == "\\frac{2}{3}",
+    "0.1\\overline{6}" == "\\frac{1}{6}", "1.\\bar{3}", "0.\\dot{3}", "0.\\dot{1}4285\\dot{7}"
+    (math-verify 0.9.0: "0.\\overline{6}" != "\\frac{2}{3}"); and "0.\\overline{6}" != "0.6".
+28. The real line and its standard half-lines are intervals: "\\mathbb{R}", "\\R", "\\mathbf{R}",
+    "all real numbers" == "(-\\infty, \\infty)", "\\mathbb{R}_{\\geq 0}" == "[0, \\infty)",
+    "\\mathbb{R}_{>0}" == "(0, \\infty)" ("\\mathbb{R}^+" is left alone: authors disagree on 0).
+    A comma inside brackets belongs to one interval, point or set and is not a list of answers,
+    so "(-\\infty, \\infty)" is compared with "\\mathbb{R}" (dapo-verifier-2: multiple_answers);
+    "1, 2" is still a list.
+29. Time: a prediction nested more than MAX_NESTING_DEPTH brackets deep or of more than
+    MAX_ANSWER_TOKENS tokens is malformed before it reaches the parser, which would take seconds
+    on it (a \\frac nested 90 deep ran into the time limit); see the two constants for the
+    measurements. A timeout kills its worker, and one spare worker is kept started ahead, so the
+    next call takes it ready instead of waiting 2-4 s for a worker to start.
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -135,7 +196,7 @@ from typing import NamedTuple
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-2"
+VERSION = "dapo-verifier-3"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".
@@ -492,9 +553,8 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     limit = max(start, p - SECTION_REACH)  # bounded work: the section ends here at the latest
     while p > limit:
         line_start = data.rfind(b"\n", limit, p) + 1 or limit  # rfind gives -1 when limit is 0 too
-        if line_start == limit > start and data[limit - 1] != 10:  # 10 == "\n": a line cut by the reach
-            break
-        if line_start == p or _ANSWER_ONLY.fullmatch(data, line_start, p):  # an empty piece: the common case
+        cut = line_start == limit > start and data[limit - 1] != 10  # 10 == "\n": a line cut by the reach
+        if line_start == p or not cut and _ANSWER_ONLY.fullmatch(data, line_start, p):  # empty: the common case
             if line_start < p and (numbers := _stated_numbers(data, line_start, p)):
                 pending.append((numbers, b"answer" in data[line_start:p].lower()))
             p = line_start - 1 if line_start > limit else limit
@@ -687,7 +747,9 @@ def _ungroup(grouped: re.Match) -> str:
 _SEPARATOR_TEXT = r",\\!|,|\\(?:[,:; !]|thinspace(?![A-Za-z]))[ \t]*|[ ~\u2009\u202f\u00a0]"
 _SEPARATOR = re.compile(_SEPARATOR_TEXT)
 _SPACE_RUN = re.compile(r"[\s~]+")
-_GROUPED = re.compile(rf"(?<![0-9.,])[0-9]{{1,3}}(?:(?:{_SEPARATOR_TEXT})[0-9]{{3}})+(?![0-9]|(?:{_SEPARATOR_TEXT})[0-9])")
+_GROUPED = re.compile(
+    rf"(?<![0-9.,])[0-9]{{1,3}}(?:(?:{_SEPARATOR_TEXT})[0-9]{{3}})+(?![0-9]|(?:{_SEPARATOR_TEXT})[0-9])"
+)
 
 
 # --- DAPO: the integer rule ("dapo" mode) -----------------------------------------------------
@@ -744,20 +806,25 @@ _GLOSS = rf"\s*[(\[]\s*{_PHRASE}\s*[)\]]"
 _NUMBER_ANSWER = re.compile(
     rf"""(?:\\?\$\s*)?                                             # currency: "\$13"
     (?P<sign>[+-]?)\s*(?P<digits>[0-9]+)(?P<fraction>\.[0-9]+)?     # "- 4", "13.0", "3.5"
-    (?:\s*(?:\\times|\\cdot|\\ast|\*|x|\u00d7|\u00b7)\s*10\s*\^\s*(?:\{{\s*(?P<exp>[+-]?\s*[0-9]{{1,4}})\s*\}}|(?P<exp_bare>[0-9]{{1,4}}))
-       |e(?P<exp_e>[+-]?[0-9]{{1,4}})|\s+(?P<scale>hundred|thousand|million|billion|trillion)(?![A-Za-z]))?  # "3.5e4", "2.5 million"
-    (?:\s*(?:\\?%|\\(?:degree|textdegree)(?![A-Za-z])|(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?  # percent, degrees
+    (?:\s*(?:\\times|\\cdot|\\ast|\*|x|\u00d7|\u00b7)\s*10\s*\^\s*           # scientific notation
+         (?:\{{\s*(?P<exp>[+-]?\s*[0-9]{{1,4}})\s*\}}|(?P<exp_bare>[0-9]{{1,4}}))
+       |e(?P<exp_e>[+-]?[0-9]{{1,4}})                                  # "3.5e4"
+       |\s+(?P<scale>hundred|thousand|million|billion|trillion)(?![A-Za-z]))?  # "2.5 million"
+    (?:\s*(?:\\?%|\\(?:degree|textdegree)(?![A-Za-z])                   # percent, degrees
+       |(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?
     (?P<gloss>{_GLOSS})?                                            # "17 (seventeen) ways"
     (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+){_UNIT_TERM}){{0,3}})?  # units
     (?P<gloss_after>{_GLOSS})?                                      # "36 (thirty-six)"
-    (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, altogether.", "17. I hope it is correct."
+    (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, in all.", "17. I hope so."
     """,
     re.VERBOSE | re.IGNORECASE,
 )
 _SCALE_EXPONENTS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}  # short scale
 # A statement before the value, "The final answer is $17$" (the Minerva prompt's format), and math
 # delimiters inside the value's text, "$12$ meters" (deviation 15).
-_LEADING_STATEMENT = re.compile(r"(?:(?:so|thus|hence|therefore),?\s+)?(?:the|my|our)\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE)
+_LEADING_STATEMENT = re.compile(
+    r"(?:(?:so|thus|hence|therefore),?\s+)?(?:the|my|our)\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE
+)
 _INNER_MATH = re.compile(r"(?<!\\)\$|\\[()]")
 # An integer longer than MAX_ANSWER_CHARS, alone or in one box (deviation 24); possessive, so a
 # long text that is not one is refused in linear time.
@@ -964,7 +1031,8 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
         others = [value for value in map(_section_value, final.section) if value != pred]
         if others:
             stated = ", ".join(dict.fromkeys([*others, pred]))
-            return _verdict(False, None, "multiple_answers", f"the final answer section states several values: {stated[:200]}")
+            detail = f"the final answer section states several values: {stated[:200]}"
+            return _verdict(False, None, "multiple_answers", detail)
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
 
 
@@ -1083,12 +1151,15 @@ _REPEATING = re.compile(
 # (0, \infty). "\mathbb{R}^+" and "\mathbb{R}_+" are left alone: authors disagree on whether they hold 0.
 _REALS = re.compile(
     r"\\mathbb\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\(?:mathbf|Bbb)\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\R(?![A-Za-z])|\u211d"
-    r"|\\text\{\s*(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)\s*\}|(?<![A-Za-z\\])(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)(?![A-Za-z])",
+    r"|\\text\{\s*(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)\s*\}"
+    r"|(?<![A-Za-z\\])(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)(?![A-Za-z])",
     re.IGNORECASE,
 )
 _HALF_LINE = re.compile(r"\\mathbb\{R\}\s*[_^]\s*\{\s*(\\geq?|\\geqslant|>|\\leq?|\\leqslant|<)\s*0\s*\}")
-_HALF_LINES = {"\\ge": "[0, \\infty)", "\\geq": "[0, \\infty)", "\\geqslant": "[0, \\infty)", ">": "(0, \\infty)",
-               "\\le": "(-\\infty, 0]", "\\leq": "(-\\infty, 0]", "\\leqslant": "(-\\infty, 0]", "<": "(-\\infty, 0)"}  # fmt: skip
+_HALF_LINES = {
+    "\\ge": "[0, \\infty)", "\\geq": "[0, \\infty)", "\\geqslant": "[0, \\infty)", ">": "(0, \\infty)",
+    "\\le": "(-\\infty, 0]", "\\leq": "(-\\infty, 0]", "\\leqslant": "(-\\infty, 0]", "<": "(-\\infty, 0)",
+}  # fmt: skip
 
 
 def _normalise_math(text: str) -> str:
@@ -1299,8 +1370,16 @@ class _MathWorker:
         line = self._read_line(time.monotonic() + timeout_s)
         return json.loads(line) if line is not None else None
 
-    def kill(self) -> None:
+    def kill(self, reap_later: bool = False) -> None:
+        """Kill the worker process. reap_later: wait for it (10-20 ms while the OS frees its memory)
+        and close the pipes in a background thread, so that a timed-out call returns at its limit."""
         self.proc.kill()
+        if reap_later:
+            threading.Thread(target=self._reap, daemon=True, name="verifier-math-worker-reap").start()
+        else:
+            self._reap()
+
+    def _reap(self) -> None:
         self.proc.wait()
         self.proc.stdin.close()
         self.proc.stdout.close()
@@ -1332,12 +1411,14 @@ def _stop_workers() -> None:
             _idle_workers.pop().kill()
 
 
-def _start_spare() -> None:
+def _start_spare() -> threading.Thread:
     """Start a spare worker in a background thread (counted in _starting until it is ready)."""
     global _starting
     with _workers_lock:
         _starting += 1
-    threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD).start()
+    thread = threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD)
+    thread.start()
+    return thread
 
 
 def _start_idle_worker() -> None:
@@ -1380,7 +1461,7 @@ def _ask_math_worker(request: dict, timeout_s: float) -> dict:
     reply = worker.ask(request, timeout_s)
     if reply is None:
         crashed = worker.proc.poll() is not None
-        worker.kill()  # a hung parser cannot be interrupted; the process is the unit we can stop
+        worker.kill(reap_later=True)  # a hung parser cannot be interrupted; the process is the unit we can stop
         with _workers_lock:
             spare_needed = not _idle_workers and _starting == 0
         if spare_needed:  # no spare left for the next call: start one now

@@ -231,7 +231,7 @@ BRACELESS_BOXES = [
     ("so the answer is \\boxed\\frac{14}{2}", "7", False, "malformed"),
 ]
 
-# Deviation 24: exact integers of any length (525! has 1,205 digits).
+# Deviation 24: exact integers of any length (525! has 1,202 digits).
 BIG = str(math.factorial(525))
 GROUPED_BIG = f"{int(BIG):,}"
 THIN_GROUPED_BIG = GROUPED_BIG.replace(",", "\\,")
