@@ -120,7 +120,8 @@ Added in dapo-verifier-3 (each kind has its table of cases in tests/test_verifie
     are the reasoning a correction needs; a policy that pads guesses with them gains nothing, since
     only the last is read). A bare number above the section is not read (the end of a computation),
     one below it is. More than MAX_FINAL_BOXES values is spam; the section reaches SECTION_REACH
-    bytes each way (bounded work).
+    bytes each way (bounded work), and not into an earlier "Answer:" line (20 compares those in
+    dapo mode; math mode leaves them, as before).
 24. Exact integers of any length: an answer of digits alone (valid groupings allowed, in one box or
     none) is compared whole, past MAX_ANSWER_CHARS ("Answer: " and the 1,202 digits of 525!);
     anything else keeps the limit.
@@ -208,7 +209,8 @@ REASON_DOCS = {
     "placeholder": "a template placeholder instead of an answer ('...', '[answer]', '<final_answer>')",
     "echoed_prompt": "the only answer marker is the prompt's instruction echoed back",
     "multiple_answers": "several candidates ('12 or 13', a list, a range) or contradicting final answers",
-    "malformed": "an answer that is not of the accepted form (dapo: a single ASCII integer), or too long",
+    "malformed": "an answer that is not of the accepted form (dapo: a single ASCII integer), too long, or (math) "
+    "nested or long past the parse limits",
     "parse_error": "math mode: the math parser could not read the answer or raised while comparing",
     "timeout": "math mode: parsing or comparing took longer than timeout_s; the worker was killed",
     "worker_error": "math mode: the worker process died or ran out of memory",
@@ -328,6 +330,7 @@ _STATED_NUMBER = re.compile(
 )
 _LIST_MARKER = re.compile(rb"[ \t>*#-]*(?:\(?[0-9]{1,3}[.)]|\([0-9]{1,3}\))[ \t]+(?=\S)")
 _DIGIT = re.compile(rb"[0-9]")
+_MARKER = re.compile(rb"(?i:answer)[ \t*_}]{0,8}(?::|\xef\xbc\x9a)")  # "Answer:", "**Answer**:", "Answer："
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 
@@ -541,29 +544,34 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     section starts. None for the values: over MAX_FINAL_BOXES boxes, spam.
 
     Walks back a line at a time (each byte looked at once) while the text states an answer and
-    nothing else (_ANSWER_ONLY). A box joins the section when only such text lies between it and p,
-    and so does every number in that text; above the section's first statement, only a number on a
-    line that says "answer" does ("The answer is 12." above "\\boxed{13}"; a bare "12" there may be the
-    end of a computation). Reasoning ends the section, and the common case, an "Answer:" line under a
-    paragraph of reasoning, costs one match of that paragraph's last line.
+    nothing else (_ANSWER_ONLY), and not into an earlier "Answer:" line (a final answer of its own,
+    compared in dapo mode by deviation 20). A box joins the section when only such text lies between
+    it and p, and so does every number in that text; above the section's first statement, only a
+    number on a line that says "answer" does ("The answer is 12." above "\\boxed{13}"; a bare "12"
+    there may be the end of a computation). Reasoning ends the section, and the common case, an
+    "Answer:" line under a paragraph of reasoning, costs one match of that paragraph's last line.
     """
     values: list[str] = []
     pending: list[tuple[list[str], bool]] = []  # numbers not yet between two statements, "answer" said
     boxes = 0
     limit = max(start, p - SECTION_REACH)  # bounded work: the section ends here at the latest
+    rfind, answer_only = data.rfind, _ANSWER_ONLY.fullmatch  # the hot loop: bound once
     while p > limit:
-        line_start = data.rfind(b"\n", limit, p) + 1 or limit  # rfind gives -1 when limit is 0 too
+        line_start = rfind(b"\n", limit, p) + 1 or limit  # rfind gives -1 when limit is 0 too
         cut = line_start == limit > start and data[limit - 1] != 10  # 10 == "\n": a line cut by the reach
-        if line_start == p or not cut and _ANSWER_ONLY.fullmatch(data, line_start, p):  # empty: the common case
-            if line_start < p and (numbers := _stated_numbers(data, line_start, p)):
-                pending.append((numbers, b"answer" in data[line_start:p].lower()))
+        if line_start == p or not cut and answer_only(data, line_start, p):  # empty: the common case
+            if line_start < p:
+                if _MARKER.search(data, line_start, p):
+                    break  # an earlier "Answer:" line: a statement of its own (deviation 20), not read here
+                if numbers := _stated_numbers(data, line_start, p):
+                    pending.append((numbers, b"answer" in data[line_start:p].lower()))
             p = line_start - 1 if line_start > limit else limit
             continue
         box = _last_box(data, line_start, p) if data.find(b"box", line_start, p) >= 0 else None
-        if box is None:
+        if box is None or _MARKER.search(data, line_start, box.start()):
             break
         content, box_end = _box_span(data, box)
-        if box_end > p or not _ANSWER_ONLY.fullmatch(data, box_end, p):
+        if box_end > p or not answer_only(data, box_end, p):
             break  # reasoning after the box ("\boxed{12}. Wait, that double counts"), or it encloses p
         boxes += 1
         if boxes > MAX_FINAL_BOXES:
@@ -726,15 +734,17 @@ def _peel_half_delimiters(text: str) -> str:
     return text
 
 
-def _collapse_thousands(text: str) -> str:
+def _collapse_thousands(text: str, pairs: bool = False) -> str:
     """Remove thousands separators that form valid groupings (deviation 6): "1,000", "1{,}000",
     "1,\\!000", "1\\,000", "2 500 000", "2\\,500\\,000" -> "1000", "2500000". A valid grouping has
     one to three digits, then groups of exactly three, all split by the same kind of separator: "1,2,3",
-    "12,34", "12 13" and "1,000 000" are not groupings and stay as they are (lists, or malformed)."""
+    "12,34", "12 13" and "1,000 000" are not groupings and stay as they are (lists, or malformed).
+    pairs (math mode, deviation 28): a bracket that holds only "a,bbb" is a pair of endpoints or
+    coordinates, not a number: "(12,102)" stays (the MATH-500 answer "(2,12) \\cup (12,102)")."""
     text = text.replace("{,}", ",").replace("\u2212", "-")  # deviation 10: U+2212 minus sign
     if "," not in text and " " not in text and "\\" not in text and "~" not in text and text.isascii():
         return text  # no separator of any kind: the common case
-    return _GROUPED.sub(_ungroup, text)
+    return _GROUPED.sub(_ungroup_unless_pair if pairs else _ungroup, text)
 
 
 def _ungroup(grouped: re.Match) -> str:
@@ -742,9 +752,16 @@ def _ungroup(grouped: re.Match) -> str:
     return _SEPARATOR.sub("", grouped[0]) if len(kinds) == 1 else grouped[0]  # mixed kinds: no grouping
 
 
+def _ungroup_unless_pair(grouped: re.Match) -> str:
+    text, start, end = grouped.string, grouped.start(), grouped.end()
+    if text[start - 1 : start] in ("(", "[") and text[end : end + 1] in (")", "]") and grouped[0].count(",") == 1:
+        return grouped[0]
+    return _ungroup(grouped)
+
+
 # Separators between digit groups: a comma, a space (also thin, narrow and no-break), LaTeX's "~",
 # "\,", "\:", "\;", "\ ", "\!", "\thinspace", and ",\!" (MATH writes "1,\!000").
-_SEPARATOR_TEXT = r",\\!|,|\\(?:[,:; !]|thinspace(?![A-Za-z]))[ \t]*|[ ~\u2009\u202f\u00a0]"
+_SEPARATOR_TEXT = r"(?:,\\!|\\(?:[,:; !]|thinspace(?![A-Za-z])))[ \t]*|[, ~\u2009\u202f\u00a0]"
 _SEPARATOR = re.compile(_SEPARATOR_TEXT)
 _SPACE_RUN = re.compile(r"[\s~]+")
 _GROUPED = re.compile(
@@ -766,8 +783,8 @@ _INLINE_TEXT = re.compile(r"\\(?:text|mbox|mathrm|textbf)\{([^{}]*)\}")
 # LaTeX and Unicode spaces left after the digit groups are joined: "$- 4$", "8\ \mathrm{cm}".
 _LATEX_SPACE = re.compile(r"\\(?:[,:; !]|q?quad(?![A-Za-z])|thinspace(?![A-Za-z]))|[\u2009\u202f\u00a0]")
 # Words that change, hedge or hide the value, so never a unit, a gloss or a closing phrase (deviations
-# 9, 15): "13 or more", "13 pi", "12 thousand", "6 squared", "81, approximately", "81, to the
-# nearest integer". Number words are never units, and in a gloss they must spell the value.
+# 9, 15): "13 or more", "13 pi", "6 squared", "81, approximately", "81, to the nearest integer",
+# "12 (incorrect)". Number words are never units, and in a gloss they must spell the value.
 _NUMBER_WORDS = {
     word: value
     for value, word in enumerate(
@@ -780,7 +797,8 @@ _VALUE_WORDS = (
     r"pi|sqrt|mod|modulo|times|cdot|squared|cubed|factorial|choose|over|divided|power|root|half|twice|double"
     r"|triple|dozens?|hundreds|thousands|millions|billions|trillions|about|approx|approximately|around"
     r"|roughly|nearly|almost|circa|estimated?|ish|maybe|perhaps|possibly|probably|likely|up|under|above|below"
-    r"|exceeding|rounded|rounding|nearest"
+    r"|exceeding|rounded|rounding|nearest|wrong|incorrect|false|invalid|unsure|uncertain|guess(?:ed|ing)?"
+    r"|tentative(?:ly)?|unverified|unchecked|doubtful|if|unless|except|but|otherwise|instead|else|assuming"
 )
 _NOT_A_UNIT = "|".join([_HEDGE_WORDS, _VALUE_WORDS, *_NUMBER_WORDS, *_SCALE_WORDS])
 _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "81, and that is all" is fine
@@ -906,9 +924,12 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
     if _PLACEHOLDER.fullmatch(t):
         return None, "placeholder", f"placeholder {t!r}"
     sides = raw.split("=")  # deviation 26: "x = 13", "17 = x", "512 = 2^9": the number is the value
-    if len(sides) > 1 and any(_HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) for side in sides[:-1]):
-        return None, "multiple_answers", f"several candidates in {text.strip()!r}"  # deviation 16
-    readings = [reading for side in sides if (reading := _read_number(_peel(side))) is not None]
+    readings = [_read_number(_peel(side)) for side in sides]
+    if len(sides) > 1 and any(
+        reading is None and _HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) for side, reading in zip(sides, readings)
+    ):
+        return None, "multiple_answers", f"several candidates in {text.strip()!r}"  # deviation 16: "x = 12 or 13"
+    readings = [reading for reading in readings if reading is not None]
     if readings:
         return _agree(readings)
     t = _peel(_INLINE_TEXT.sub(r"\1", sides[-1]))
@@ -1167,7 +1188,7 @@ def _normalise_math(text: str) -> str:
     it repeats until nothing changes."""
     while True:
         before = text
-        text = _collapse_thousands(_peel(text))  # before the rewrites, which remove "\\!" and "\\,"
+        text = _collapse_thousands(_peel(text), pairs=True)  # before the rewrites, which remove "\\!", "\\,"
         for old, new in _MATH_REWRITES:
             text = text.replace(old, new)
         text = _LEFT_RIGHT.sub("", text)

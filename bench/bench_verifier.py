@@ -195,7 +195,8 @@ def guards(timeout_s: float) -> float:
     after = verifier.score("Answer: \\frac{26}{2}", "13", mode="math", timeout_s=timeout_s)
     next_call = time.perf_counter() - t0
     slowest = max(slowest, next_call)
-    print(f"  {'a timeout (' + TIMEOUT_BOMB + ')':28} {timeout_cost:9.3f} s   {s.reason} (the {timeout_s:g} s limit, then the kill)")
+    print(f"  {'a timeout (' + TIMEOUT_BOMB + ')':28} {timeout_cost:9.3f} s   {s.reason} "
+          f"(the {timeout_s:g} s limit, then the kill)")
     print(f"  {'the call right after it':28} {next_call * 1e3:9.3f} ms  {after.reason} (took the spare; "
           f"a worker start, what it would have waited: {start_up:.2f} s)")
     return slowest
@@ -298,14 +299,16 @@ def main() -> None:
     per_s, theirs, slowest_theirs, _ = rate(math_verify_score, responses, truths)
     accuracy = sum(theirs) / len(theirs)
     agree = sum(s.correct == t for s, t in zip(ours, theirs)) / len(theirs)
-    print(f"{'math-verify':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest_theirs:>12.3f}s  verdicts agree with ours on {agree:.3f}")
+    print(f"{'math-verify':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest_theirs:>12.3f}s  "
+          f"verdicts agree with ours on {agree:.3f}")
     official = [verifier.score(r, t, mode="dapo-official").correct for r, t in zip(responses, truths)]
     print(f"{'dapo-official':16} {'':>12} {sum(official) / len(official):>9.3f} {'':>13}  (string rule on the same)")
 
     print(f"\nguards (math mode, timeout {verifier.DEFAULT_TIMEOUT_S:g} s):")
     slowest = max(slowest, guards(verifier.DEFAULT_TIMEOUT_S))
-    print(f"math mode, slowest call other than the timeout: {slowest:.3f} s "
-          f"({'within' if slowest <= verifier.DEFAULT_TIMEOUT_S else 'OVER'} the {verifier.DEFAULT_TIMEOUT_S:g} s limit)")
+    verdict = "within" if slowest <= verifier.DEFAULT_TIMEOUT_S else "OVER"
+    print(f"math mode, slowest call other than the timeout: {slowest:.3f} s ({verdict} the "
+          f"{verifier.DEFAULT_TIMEOUT_S:g} s limit)")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_notation.py
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -24,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from verifier import REASONS, score  # noqa: E402
 
 FEW = settings(max_examples=60, deadline=None)
+FIXTURES = Path(__file__).resolve().parent / "fixtures"  # committed; see fixtures/README.md
 
 # Each row: (response, ground truth, correct, reason).
 
@@ -51,6 +54,12 @@ SECTION_SPRAYS = [
     ("Answer: 19\n18\n17", "19", False, "multiple_answers"),  # a column after the answer line
     ("\\boxed{19}\n" * 17, "19", False, "multiple_answers"),  # over 16 boxes: spam, even if equal
     ("<think>\\boxed{1}</think>\n\\boxed{17}\n\\boxed{19}", "19", False, "multiple_answers"),
+    ("| \\boxed{17} | \\boxed{19} |", "19", False, "multiple_answers"),  # a markdown table
+    ("**\\boxed{17}**\n**\\boxed{19}**", "19", False, "multiple_answers"),
+    ("$$\\boxed{17}$$\n$$\\boxed{19}$$", "19", False, "multiple_answers"),
+    ("\\boxed{17} \\text{ or } \\boxed{19}", "19", False, "multiple_answers"),
+    ("\\begin{itemize}\n\\item \\boxed{17}\n\\item \\boxed{19}\n\\end{itemize}", "19", False, "multiple_answers"),
+    ("Answer:\n\\boxed{17}\n\\boxed{19}", "19", False, "multiple_answers"),
 ]
 # What the section is not: reasoning between two boxes ends it; repeats and list markers are fine.
 SECTION_KEPT = [
@@ -67,6 +76,7 @@ SECTION_KEPT = [
     ("<think>\\boxed{17}</think>\n\\boxed{19}", "19", True, "ok"),  # boxes of the reasoning block
     ("Answer: $\\boxed{19}$\n\n\\[\\boxed{19}\\]", "19", True, "ok"),
     ("\\boxed{12}. Wait, that double counts.\n\\boxed{15}", "12", False, "wrong"),  # the retracted value
+    ("\\boxed{17} is the number of pairs; doubling gives \\boxed{34}.", "34", True, "ok"),
 ]
 # The same rule in math mode: boxes must agree; when the ground truth is a set they list it.
 SECTION_MATH = [
@@ -75,6 +85,7 @@ SECTION_MATH = [
     ("\\boxed{12}\n\\boxed{-12}", "\\pm 12", True, "ok"),  # a set listed on two lines
     ("\\boxed{12}\n\\boxed{-12}", "12", False, "multiple_answers"),
     ("\\boxed{\\frac{1}{3}}\nWait, no.\n\\boxed{\\frac{1}{2}}", "\\frac{1}{2}", True, "ok"),
+    ("Answer: 16\nAnswer: 17", "17", True, "ok"),  # earlier "Answer:" lines: compared in dapo mode only
 ]
 
 # Deviation 25: scientific notation, exact, an integer only when it is one.
@@ -193,6 +204,8 @@ GLOSS_AND_PHRASE = [
     ("Answer: 81, or so", "81", False, "malformed"),
     ("Answer: 81, or 82", "81", False, "multiple_answers"),
     ("Answer: 6 (squared)", "6", False, "malformed"),
+    ("Answer: 12 (incorrect)", "12", False, "malformed"),  # a value the answer itself retracts
+    ("Answer: 12, but I am not sure", "12", False, "malformed"),
     ("Answer: (B)", "2", False, "malformed"),  # an option letter alone
     ("Answer: \\text{(C)}", "3", False, "malformed"),
 ]
@@ -210,6 +223,7 @@ EQUATIONS = [
     ("Answer: 17 = x = 18", "18", False, "multiple_answers"),
     ("Answer: 17 = x or 18 = x", "18", False, "multiple_answers"),
     ("Answer: 16 = 4^2 = 17", "16", False, "multiple_answers"),
+    ("Answer: 13 = 12-14", "13", False, "multiple_answers"),  # a side that is a range
     ("Answer: x = y", "17", False, "malformed"),
     ("Answer: 17.5 = x", "17", False, "wrong"),
 ]
@@ -307,6 +321,9 @@ NAMED_SETS = [
     ("Answer: (-\\infty, 0), (0, \\infty)", "\\mathbb{R}", False, "multiple_answers"),  # a list of two
     ("Answer: (1, 2)", "3", False, "wrong"),  # one interval (or point): compared, not a list
     ("Answer: 1, 2", "3", False, "multiple_answers"),
+    ("Answer: (2, 12) \\cup (12, 102)", "(2,12) \\cup (12,102)", True, "ok"),  # "(12,102)": endpoints
+    ("Answer: (12,102)", "(12, 102)", True, "ok"),
+    ("Answer: 12102", "(12,102)", False, "wrong"),
 ]
 
 
@@ -314,6 +331,19 @@ NAMED_SETS = [
 def test_math_notation_table(response, truth, correct, reason):
     s = score(response, truth, mode="math")
     assert (s.correct, s.reason) == (correct, reason), s
+
+
+def test_every_grouped_math500_integer_equals_its_digits():
+    """The MATH-500 answers written with digit groups ("10,\\!080", "11,\\! 111,\\! 111,\\! 100",
+    "58,500") equal the plain digits, and the interval "(2,12) \\cup (12,102)" keeps its endpoints."""
+    rows = [json.loads(line) for line in (FIXTURES / "math500_answers.jsonl").read_text().splitlines() if line]
+    grouping = re.compile(r"(?:\\\$)?[0-9]{1,3}(?:,(?:\\!)? ?[0-9]{3})+")  # "10,\\!080", "\\$32,\\!348", "58,500"
+    grouped = [row["answer"] for row in rows if grouping.fullmatch(row["answer"])]
+    assert len(grouped) >= 4, grouped
+    for truth in grouped:
+        digits = re.sub(r"[^0-9]", "", truth)
+        assert score(f"Answer: {digits}", truth, mode="math").correct, truth
+        assert score(f"Answer: {int(digits) + 1}", truth, mode="math").reason == "wrong", truth
 
 
 def test_every_table_uses_known_reasons_and_has_five_rows():
@@ -328,10 +358,12 @@ def test_every_table_uses_known_reasons_and_has_five_rows():
 nonzero = st.integers(min_value=-(10**15), max_value=10**15).filter(bool)
 # layouts of a final section: (template joining two boxed or stated values a and b)
 SPRAY_LAYOUTS = [
-    "\\boxed{{{a}}}\n\\boxed{{{b}}}", "$\\boxed{{{a}}}$ $\\boxed{{{b}}}$", "\\[\\boxed{{{a}}}\\]\n\n\\[\\boxed{{{b}}}\\]",
-    "\\boxed{{{a}}} or \\boxed{{{b}}}", "- \\boxed{{{a}}}\n- \\boxed{{{b}}}", "\\boxed{{{a}}}\nAnswer: {b}",
-    "Answer: {a}\n\\boxed{{{b}}}", "The answer is {a}.\n\\boxed{{{b}}}", "\\boxed{{{a}}}\n**Final Answer**\n\\boxed{{{b}}}",
-    "\\fbox{{{a}}}\\quad\\boxed {b}", "Answer: {a}\n{b}", "\\begin{{align*}}&\\boxed{{{a}}}\\\\&\\boxed{{{b}}}\\end{{align*}}",
+    "\\boxed{{{a}}}\n\\boxed{{{b}}}", "$\\boxed{{{a}}}$ $\\boxed{{{b}}}$",
+    "\\[\\boxed{{{a}}}\\]\n\n\\[\\boxed{{{b}}}\\]", "\\boxed{{{a}}} or \\boxed{{{b}}}",
+    "- \\boxed{{{a}}}\n- \\boxed{{{b}}}", "\\boxed{{{a}}}\nAnswer: {b}", "Answer: {a}\n\\boxed{{{b}}}",
+    "The answer is {a}.\n\\boxed{{{b}}}", "\\boxed{{{a}}}\n**Final Answer**\n\\boxed{{{b}}}",
+    "\\fbox{{{a}}}\\quad\\boxed {b}", "Answer: {a}\n{b}",
+    "\\begin{{align*}}&\\boxed{{{a}}}\\\\&\\boxed{{{b}}}\\end{{align*}}",
 ]  # fmt: skip
 # reasoning that retracts: it always has a word outside the section's vocabulary
 RETRACTIONS = st.sampled_from(["Wait, that double counts.", "No: I dropped a case.", "Hmm, recheck the sum.",
@@ -364,7 +396,8 @@ def scientific(draw):
     integer, rest = divmod(mantissa.numerator * 10**12 // mantissa.denominator, 10**12)
     assume(mantissa == integer + Fraction(rest, 10**12))  # the mantissa has at most 12 decimals
     text = str(integer) + ("." + f"{rest:012d}".rstrip("0") if rest else "")
-    form = draw(st.sampled_from(["{m} \\times 10^{{{e}}}", "{m}\\cdot10^{{{e}}}", "{m}e{e}", "${m} \\times 10^{{{e}}}$"]))
+    forms = ["{m} \\times 10^{{{e}}}", "{m}\\cdot10^{{{e}}}", "{m}e{e}", "${m} \\times 10^{{{e}}}$"]
+    form = draw(st.sampled_from(forms))
     return str(n), form.format(m=("-" if n < 0 else "") + text, e=exponent)
 
 
@@ -402,7 +435,8 @@ def test_property_any_long_integer_is_read_whole(n, template):
 
 def _spell(n: int) -> str:
     """n (0 <= n < 10^6) in English words, hyphenated tens: 36 -> "thirty-six"."""
-    ones = "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen seventeen eighteen nineteen".split()  # noqa: E501
+    ones = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+            "sixteen seventeen eighteen nineteen").split()
     tens = "twenty thirty forty fifty sixty seventy eighty ninety".split()
 
     def below_1000(k: int) -> str:
