@@ -805,10 +805,11 @@ _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "
 # One number and what may follow it (deviations 6, 9, 10, 15, 25): the sign, a space allowed ("- 4");
 # the digits (groupings already joined) and a fraction; scientific notation with an exponent of at
 # most four digits ("3.5 \times 10^{4}", "3.5\cdot10^4", "3.5e4"; "10^12" is 10^{12}, as math-verify
-# reads it); percent or degrees ("45\degree", "45^{\circ}", "45°"); units, up to four terms: words
-# of two letters or more, any letters inside a text command ("\text{ m/s}", "\mathrm{cm}^3", though
-# not an upright i, e or j), compounds of SI symbols ("km/h", "m/s"); then a parenthesised gloss
-# ("36 (thirty-six)") or a closing phrase after a comma or dash ("81, altogether."), words only.
+# reads it) or a scale word ("2.5 million"); percent or degrees ("45\degree", "45^{\circ}", "45°");
+# units, up to four terms: words of two letters or more, any letters inside a text command
+# ("\text{ m/s}", "\mathrm{cm}^3", though not an upright i, e or j), compounds of SI symbols ("km/h",
+# "m/s"); a gloss in brackets before or after the units ("36 (thirty-six)"); a closing phrase after a
+# comma, dash or full stop ("81, altogether.", "17. I hope it is correct."), words only.
 _UNIT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]{{2,}}"
 _TEXT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]+"
 _SI_LETTER = r"[msghlLNJWVAKC](?![A-Za-z])"
@@ -976,29 +977,49 @@ def _number_value(m: re.Match) -> tuple[str, bool]:
     return ("-" if m["sign"] == "-" else "") + magnitude, False
 
 
+# Which kind of number word may follow which inside one number ("one" and the other units: after
+# nothing but "hundred" or a scale word; "thirty" takes a unit, "hundred" and scale words take more).
+_FOLLOWS = {
+    "ten": ("one", "unit", "hundred", "scale"),
+    "hundred": ("one", "unit", "teen", "ten", "scale"),
+    "scale": ("one", "unit", "teen", "ten"),
+}
+
+
 def _spelled_numbers(words: str) -> list[str]:
-    """The numbers a gloss or phrase spells, one per run of number words: "thirty-six" -> ["36"],
-    "twelve and thirteen" -> ["12", "13"]. A lone "one" is a pronoun ("the only one"), not a number."""
-    runs: list[list[str]] = [[]]
+    """The numbers a gloss or phrase spells in English words: "thirty-six" -> ["36"], "one hundred
+    and five" -> ["105"], "twelve and thirteen" -> ["12", "13"]. A word continues a number only where
+    English lets it ("thirty six", "two hundred", "hundred and five", "thousand twenty"); any other
+    word, or a second units word, starts the next. A lone "one" is a pronoun ("the only one")."""
+    numbers: list[str] = []
+    sign, total, current, last, count = "", 0, 0, None, 0  # last: the kind of the number's last word
+
+    def flush() -> None:
+        if count and not (count == 1 and last == "one"):
+            numbers.append(sign + str(total + current))
+
     for word in re.split(r"[^a-z]+", words.lower()):
-        if word in _NUMBER_WORDS or word in _SCALE_WORDS or (word in ("and", "negative") and runs[-1] != ["one"]):
-            runs[-1].append(word)
-        elif runs[-1]:
-            runs.append([])
-    numbers = []
-    for run in runs:
-        while run and run[-1] in ("and", "negative"):
-            run.pop()
-        if run and run != ["one"] and any(word not in ("and", "negative") for word in run):
-            total = current = 0
-            for word in run:
-                if word in _NUMBER_WORDS:
-                    current += _NUMBER_WORDS[word]
-                elif word == "hundred":
-                    current = (current or 1) * 100
-                elif word in _SCALE_WORDS:
-                    total, current = total + (current or 1) * _SCALE_WORDS[word], 0
-            numbers.append(("-" if run[0] == "negative" else "") + str(total + current))
+        value = _NUMBER_WORDS.get(word)
+        kind = "hundred" if word == "hundred" else "scale" if word in _SCALE_WORDS else None
+        if value is not None:
+            kind = "one" if word == "one" else "unit" if value < 10 else "teen" if value < 20 else "ten"
+        if word == "and" and last in ("hundred", "scale"):
+            continue  # "one hundred and five"
+        if kind is None or last is not None and kind not in _FOLLOWS.get(last, ("hundred", "scale")):
+            flush()  # this word ends the number before it (or there is none)
+            if last is not None or kind is None:
+                sign = "-" if word == "negative" else ""  # "negative" signs the number it opens
+            total, current, last, count = 0, 0, None, 0
+            if kind is None:
+                continue
+        if kind == "hundred":
+            current = (current or 1) * 100
+        elif kind == "scale":
+            total, current = total + (current or 1) * _SCALE_WORDS[word], 0
+        else:
+            current += value
+        last, count = kind, count + 1
+    flush()
     return numbers
 
 

@@ -188,6 +188,7 @@ GLOSS_AND_PHRASE = [
     ("Answer: 36 (thirty-six)", "36", True, "ok"),
     ("Answer: 36 [thirty six]", "36", True, "ok"),
     ("Answer: 1000 (one thousand)", "1000", True, "ok"),
+    ("Answer: 105 (one hundred and five)", "105", True, "ok"),
     ("Answer: -4 (negative four)", "-4", True, "ok"),
     ("Answer: 81 (eighty-one ways)", "81", True, "ok"),
     ("Answer: 81, altogether.", "81", True, "ok"),
@@ -198,6 +199,7 @@ GLOSS_AND_PHRASE = [
     ("Answer: 81, the only one", "81", True, "ok"),  # "one" alone is a pronoun
     ("Answer: 36 (thirty-seven)", "36", False, "multiple_answers"),
     ("Answer: 12, thirteen", "12", False, "multiple_answers"),
+    ("Answer: 12 (twelve and thirteen)", "12", False, "multiple_answers"),
     ("Answer: 81, approximately", "81", False, "malformed"),
     ("Answer: 81, to the nearest integer", "81", False, "malformed"),
     ("Answer: 81 (about)", "81", False, "malformed"),
