@@ -1492,9 +1492,11 @@ def _take_worker() -> _MathWorker:
             _waiting -= 1
         worker = _idle_workers.pop() if _idle_workers else None
         spare_needed = not _idle_workers and _starting == 0
-    if spare_needed:
+    if worker is None:
+        worker = _MathWorker()  # started outside the lock, so threads start theirs in parallel
+    if spare_needed:  # after our own start, not beside it: two starts at once would slow this one
         _start_spare()
-    return worker if worker is not None else _MathWorker()  # started outside the lock: threads in parallel
+    return worker
 
 
 def _ask_math_worker(request: dict, timeout_s: float) -> dict:
@@ -1680,9 +1682,9 @@ def score(response: str, ground_truth: str, *, mode: str = "dapo", timeout_s: fl
         timeout_s: hard limit, in seconds, on the math mode's parse-and-compare of this response;
             past it the worker process is killed and the reason is "timeout". Not counted: starting
             a worker (a few seconds: importing sympy and math-verify and warming them up, once per
-            process; a killed worker's replacement is started in the background at once, so only
-            a call that comes before it is ready waits for it). The
-            "dapo" modes are linear-time string work with no parser and need no limit.
+            process). One spare worker is kept started ahead (deviation 29), so the call after a
+            timeout takes it ready; only a second timeout before the next spare is up waits for
+            one. The "dapo" modes are linear-time string work with no parser and need no limit.
 
     Raises:
         ValueError: unknown mode, bad timeout, or a ground truth the mode cannot use.
