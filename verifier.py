@@ -293,6 +293,7 @@ _DIGITS_IN_BRACES = re.compile(rb"\{[ \t]*([+-]?[0-9](?:[0-9]|,[0-9]|\\,[0-9]|\{
 MAX_FINAL_BOXES = 16
 MAX_ANSWER_LINES = 16
 SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
+_SPAM = _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
 _FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
@@ -534,9 +535,6 @@ def _extract_final(response: str) -> _Final:
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
-
-
-_SPAM = _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 
 
 def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, int]:
