@@ -159,7 +159,7 @@ never used: it calls sympy's parse_expr, i.e. eval(). Departures from math-verif
 27. A repeating decimal is the exact fraction it denotes: "0.\\overline{6}" == "\\frac{2}{3}",
     "0.1\\overline{6}" == "\\frac{1}{6}", "1.\\bar{3}", "0.\\dot{3}", "0.\\dot{1}4285\\dot{7}"
     (math-verify 0.9.0: "0.\\overline{6}" != "\\frac{2}{3}"); and "0.\\overline{6}" != "0.6".
-28. The real line and its standard half-lines are intervals: "\\mathbb{R}", "\\R", "\\mathbf{R}",
+28. The real line and its standard half-lines are intervals: "\\mathbb{R}", "\\R", "ℝ",
     "all real numbers" == "(-\\infty, \\infty)", "\\mathbb{R}_{\\geq 0}" == "[0, \\infty)",
     "\\mathbb{R}_{>0}" == "(0, \\infty)" ("\\mathbb{R}^+" is left alone: authors disagree on 0).
     A comma inside brackets belongs to one interval, point or set and is not a list of answers,
@@ -1186,14 +1186,14 @@ _REPEATING = re.compile(
     r"(?<![0-9.])([0-9]*)\.([0-9]*)(?:\\(?:overline|bar)\s*(?:\{\s*([0-9]+)\s*\}|([0-9]))"
     r"|\\dot\s*(?:\{([0-9])\}|([0-9]))(?:([0-9]*)\\dot\s*(?:\{([0-9])\}|([0-9])))?)"
 )
-# The real line and its standard half-lines (deviation 28): "\mathbb{R}", "\R", "\mathbf{R}",
+# The real line and its standard half-lines (deviation 28): "\mathbb{R}", "\R", "x \in \mathbf{R}",
 # "\Bbb R", U+211D, "all real numbers"; "\mathbb{R}_{\geq 0}" is [0, \infty), "\mathbb{R}_{>0}" is
 # (0, \infty). "\mathbb{R}^+" and "\mathbb{R}_+" are left alone: authors disagree on whether they hold 0.
-_REALS = re.compile(
-    r"\\mathbb\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\(?:mathbf|Bbb)\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\R(?![A-Za-z])|\u211d"
-    r"|\\text\{\s*(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)\s*\}"
-    r"|(?<![A-Za-z\\])(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)(?![A-Za-z])",
-    re.IGNORECASE,
+_REALS = re.compile(  # a bold R followed by more math ("\mathbf{R}\mathbf{v}") is a matrix: left alone
+    r"(?:\\mathbb\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\(?:mathbf|Bbb)\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\R(?![A-Za-z])"
+    r"|\u211d)(?![\\{(A-Za-z0-9])"
+    r"|(?i:\\text\{\s*(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)\s*\})"
+    r"|(?<![A-Za-z\\])(?i:(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s))(?![A-Za-z])"
 )
 _HALF_LINE = re.compile(r"\\mathbb\{R\}\s*[_^]\s*\{\s*(\\geq?|\\geqslant|>|\\leq?|\\leqslant|<)\s*0\s*\}")
 _HALF_LINES = {
@@ -1212,7 +1212,7 @@ def _normalise_math(text: str) -> str:
             text = text.replace(old, new)
         text = _LEFT_RIGHT.sub("", text)
         text = _SPACES.sub(" ", _LATEX_SPACING.sub(" ", text)).strip()
-        if "\\" in text or "all" in text or "\u211d" in text:
+        if "\\" in text or "\u211d" in text or "real" in text.lower():
             text = _REPEATING.sub(_repeating_as_fraction, text)
             text = _HALF_LINE.sub(lambda m: _HALF_LINES[m[1]], _REALS.sub(r"\\mathbb{R}", text))
         if text == before:

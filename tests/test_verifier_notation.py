@@ -316,6 +316,8 @@ NAMED_SETS = [
     ("Answer: \\text{all real numbers}", "(-\\infty,\\infty)", True, "ok"),
     ("Answer: all real numbers", "\\mathbb{R}", True, "ok"),
     ("Answer: \\R", "(-\\infty,\\infty)", True, "ok"),
+    ("Answer: \u211d", "(-\\infty,\\infty)", True, "ok"),  # U+211D
+    ("Answer: All Real Numbers", "(-\\infty, \\infty)", True, "ok"),
     ("Answer: x \\in \\mathbb{R}", "(-\\infty, \\infty)", True, "ok"),
     ("Answer: (0, \\infty)", "\\mathbb{R}_{\\geq 0}", False, "wrong"),
     ("Answer: [0, \\infty)", "\\mathbb{R}", False, "wrong"),
