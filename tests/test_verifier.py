@@ -475,6 +475,7 @@ def test_cli_bad_input_is_one_error_line_and_status_2(text, extra, words, tmp_pa
     [
         (["--mode", "lenient"], "argument --mode: invalid choice: 'lenient'"),
         (["--limit", "0"], "argument --limit: '0' must be a finite number > 0"),
+        (["--limit", "-3"], "argument --limit: '-3' must be a finite number > 0"),
         (["--limit", "ten"], "argument --limit: 'ten' is not a number"),
         (["--timeout-s", "-1"], "argument --timeout-s: '-1' must be a finite number > 0"),
         (["--timeout-s", "inf"], "argument --timeout-s: 'inf' must be a finite number > 0"),

@@ -283,7 +283,9 @@ def test_dapo_notation_table(response, truth, correct, reason):
 
 
 def test_official_rule_is_unchanged_on_these_inputs():
-    """dapo-official stays the paper's rule: the spray passes there, as it did, and the other notations fail."""
+    """dapo-official stays the paper's rule on these inputs: the last "Answer:" line of the last 300
+    characters decides (a later "Answer:" line passes a spray), a box is no answer, and the other
+    notations compare as strings."""
     assert score(COLUMN, "19", mode="dapo-official").reason == "no_answer"  # no "Answer:" line at all
     assert score("Answer: 17\nAnswer: 19", "19", mode="dapo-official").correct
     assert not score("Answer: 3.5 \\times 10^{4}", "35000", mode="dapo-official").correct
