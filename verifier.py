@@ -6,8 +6,9 @@ prediction, a reason code). It never raises on model text; it raises on a bad gr
 unknown mode. Three modes:
 
 - "dapo" (default; integer ground truths as in DAPO-Math-17k and AIME). The last "Answer:" line
-  decides, as in the official rule, without its false negatives. Pure string work, linear time,
-  no parser and no subprocess: this is the reward in the hot loop.
+  decides, as in the official rule, without its false negatives, and every value the final answer
+  section states must agree with it (deviation 23). Pure string work, linear time, no parser and
+  no subprocess: this is the reward in the hot loop.
 - "dapo-official": the official rule bit for bit, so a reproduction can score exactly as the paper
   did (DAPO, Yu et al. 2025, arXiv:2503.14476, whose reward is verl's
   `verl/utils/reward_score/math_dapo.py` `compute_score` with its default `strict_box_verify=False`):
@@ -32,16 +33,27 @@ How the "dapo" mode departs from the official rule, with the case that motivated
  4. Math delimiters and wrappers around the value are removed, in any nesting:
     "Answer: \\(13\\)", "Answer: $\\boxed{13}$.", "Answer: \\text{13}". Official: only some of these.
  5. Leading zeros are ignored and the integer value compared. "Answer: 013" (AIME style) for 13.
- 6. Thousands separators are removed wherever they are valid groupings, LaTeX ones included:
-    "Answer: 1\\,000", "Answer: 1{,}000." for 1000 (official: only bare "1,000" with nothing else).
+ 6. Thousands separators are removed wherever they are valid groupings (one to three digits, then
+    groups of exactly three, one kind of separator throughout): commas, LaTeX's "1\\,000",
+    "1{,}000", "1,\\!000", "2\\ 500\\ 000", "2~500~000", spaces, thin and no-break spaces,
+    "2 500 000" (official: only bare "1,000" with nothing else). "2 50 000", "25,00,000",
+    "1,000 000" and "12 13" are not groupings: a list is never read as one number.
  7. A response with no "Answer:" line is judged on its last box (deviation 13 lists the spellings).
     "... so the answer is \\boxed{13}." : official wrong.
  8. A box inside the answer line is the value, whatever the words around it.
     "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
- 9. Unit words and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "13^\\circ",
-    "13\\%", "\\$13". Official removes only a fixed list of units.
-10. "13.0" equals 13 (a zero fraction); U+2212 "−3" is "-3"; a full-width colon "Answer：" is a
-    marker (the Chinese DAPO-Math-17k prompts produce it).
+ 9. Units and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "\\$13", "13\\%",
+    degrees in every spelling ("13^\\circ", "13^{\\circ}", "13\\degree", "13\\textdegree", "13°"),
+    compound and LaTeX units ("12 \\text{ m/s}", "8\\ \\mathrm{cm}^3", "30 \\mbox{ dollars}",
+    "12\\,\\mathrm{m\\,s^{-1}}", "100 km/h"), units outside the value's math ("$12$ meters").
+    A unit is a word of two letters or more, any letters inside a text command (but not an upright
+    i, e or j), or a compound of SI symbols; never a word that changes, hedges or hides the value:
+    "13 or more", "13 pi", "6 squared", "12 dozen", "12 x", "12 x/y", "12\\mathrm{i}" stay
+    malformed, and a scale word is part of the value ("2.5 million" is 2500000, short scale).
+    Official removes only a fixed list of units.
+10. "13.0" equals 13 (a zero fraction); U+2212 "−3" is "-3", and a space may follow the sign
+    ("$- 4$", "-\\,4"; an en dash is not a minus sign); a full-width colon "Answer：" is a marker
+    (the Chinese DAPO-Math-17k prompts produce it).
 11. The instruction echoed from the prompt is not an answer: "Answer: $Answer" and
     'after "Answer:".' are skipped. Official judges the echo when it comes last.
 12. Only text after the last "</think>" counts, and a response whose last tag is an unclosed
@@ -50,8 +62,10 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     "\\framebox[2cm][c]{314}", "\\colorbox{yellow}{314}", "\\fcolorbox{red}{white}{314}",
     "\\Aboxed{x &= 314}" (mathtools), "\\bbox[border:1px]{314}" (MathJax), "\\doublebox{314}",
     "\\ovalbox", "\\Ovalbox", "\\shadowbox" (fancybox). Official reads none of them (its boxed
-    variant, `strict_box_verify=True`, looks for "\\boxed{" only). A box command with no braced
-    argument ("\\boxed 314": TeX would frame the "3" alone) is malformed.
+    variant, `strict_box_verify=True`, looks for "\\boxed{" only). A box command with no brace group
+    ("\\boxed 7", "\\fbox 7", "$\\boxed 314$.") boxes the rest of its math or line, as the MATH
+    benchmark's own grader reads it (`last_boxed_only_string`, also in lm-evaluation-harness
+    `minerva_math`); a box with nothing after it is malformed.
 14. The answer line may sit inside display or inline math, the closing delimiter outside the
     value: "\\[Answer: 512\\]", "$$Answer: 512$$", "\\(Answer: 512\\)", "$\\text{Answer: } 512$",
     "\\textbf{Answer:} 512", "\\begin{equation}Answer: 512\\end{equation}", "Answer:\\n\\[\\n512\\n\\]",
@@ -64,7 +78,12 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     according, so, hence, thus, therefore only after punctuation ("12 by 13" stays unread); "as
     well as" and "such as" open none. Only the value before it counts, so a clause can never add a
     candidate; "56, 57", "56 or 57" and "56, as well as 57" stay several answers. Official: wrong
-    for all (it keeps the text after the last "=": "56.").
+    for all (it keeps the text after the last "=": "56."). So is a gloss in brackets or a closing
+    phrase of words alone after a comma, dash or full stop, "36 (thirty-six)", "81, altogether.",
+    "17. I hope it is correct.", and a statement before the value, "The final answer is $17$" (the
+    Minerva format). Number words in a gloss or phrase must spell the value ("36 (thirty-seven)" and
+    "12, thirteen" are multiple_answers), and words that change or hedge it ("81, approximately",
+    "81, to the nearest integer", "81, or so", "6 (squared)") leave the answer malformed.
 
 And where it is stricter (each an exploit of a string-matching reward; all score "wrong"):
 
@@ -83,17 +102,45 @@ And where it is stricter (each an exploit of a string-matching reward; all score
     corrects itself can do so before writing it (or inside <think>). An earlier line's value is
     its reading by the rules above, else the number it starts with ("17. Wait, ..." states 17);
     a line that states no number ("To answer: we first ...") is not compared. Earlier boxes are
-    not compared (a box may hold an intermediate result); only boxes after the final line are (17).
+    compared only inside the final answer section (23): a box may hold an intermediate result.
 
-The "math" mode extracts the final answer with the same rules (1-18; the last "Answer:" line
-decides, earlier ones are not compared as in 20), then: our normaliser removes
+Added in dapo-verifier-3 (each kind has its table of cases in tests/test_verifier_notation.py):
+
+23. The final answer section: the final statement (the last "Answer:" line, else the last box) with
+    every box and stated value that only answer-statement text separates from it, and every value
+    must be the same. That text is line breaks, punctuation, markdown, math delimiters and LaTeX
+    spacing, list markers ("1.", "(2)", "-"), and the words of a statement or a hedge (answer,
+    final, the, is, are, so, thus, hence, therefore, or, and, also, maybe, perhaps, possibly,
+    alternatively, either, it, could, might, be). Any other word is reasoning and ends the section,
+    wherever the line breaks fall. So a column of boxed guesses, "\\boxed{3}\\n\\boxed{4}\\n...
+    \\n\\boxed{19}" (official and dapo-verifier-2: correct for 19), boxes in one display or an
+    aligned environment, a box above "Answer: 19", "The answer is 17." above "\\boxed{19}", and
+    "Answer: 19\\n18\\n17" are multiple_answers, while a retraction in words, "\\boxed{12}. Wait,
+    that double counts... **Final Answer** \\boxed{15}", leaves 15, on one line or many (its words
+    are the reasoning a correction needs; a policy that pads guesses with them gains nothing, since
+    only the last is read). A bare number above the section is not read (the end of a computation),
+    one below it is. More than MAX_FINAL_BOXES values is spam; the section reaches SECTION_REACH
+    bytes each way (bounded work), and not into an earlier "Answer:" line (20 compares those in
+    dapo mode; math mode leaves them, as before).
+24. Exact integers of any length: an answer of digits alone (valid groupings allowed, in one box or
+    none) is compared whole, past MAX_ANSWER_CHARS ("Answer: " and the 1,202 digits of 525!);
+    anything else keeps the limit.
+25. Scientific notation, exact: "3.5 \\times 10^{4}", "3.5\\cdot10^4", "3.5e4", "35 \\times 10^3"
+    are 35000 ("10^12" is 10^{12}, as math-verify reads it); a value that is not an integer is wrong
+    ("3.14 \\times 10^1"); the exponent has at most four digits; "10^4" alone and "3.5 \\times 10"
+    are arithmetic, malformed.
+26. Either side of an equation states the value: "17 = x", "512 = 2^9", "x = 512 = 2^{9}"; every
+    side that reads as a number must agree ("12 = 13", "16 = 4^2 = 17" are multiple_answers).
+
+The "math" mode extracts the final answer with the same rules (1-18 and 23; the last "Answer:"
+line decides, earlier ones are not compared as in 20), then: our normaliser removes
 \\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
 lists count as several answers unless the ground truth is a set of values too (22), and an
 ellipsis unless the ground truth has one; non-ASCII characters other than a few math symbols
 (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings or two plain integers are decided here;
 everything else goes to math-verify's LaTeX parser and `verify` (percent and degrees compare as
 plain numbers there: "50\\%" == 50, "30^\\circ" == 30). math-verify's plain-expression extractor is
-never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-verify 0.9.0:
+never used: it calls sympy's parse_expr, i.e. eval(). Departures from math-verify 0.9.0:
 
 21. Numbers are compared exactly, not by rounding. math-verify rounds to 6 decimal places when
     either side is a decimal and otherwise drops differences below about 1e-15, so
@@ -107,7 +154,22 @@ never used: it calls sympy's parse_expr, i.e. eval(). Two departures from math-v
 22. Both signs listed are the set that "\\pm" denotes: "\\boxed{-12, 12}", "\\boxed{12, -12}",
     "12 \\text{ or } -12" for "\\pm 12", and "\\pm 12" for "-12, 12", are correct; "\\boxed{12}"
     alone is not (a set is compared as a whole, so an extra value never helps). When the ground
-    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}".
+    truth is a set of values, several boxes on the final line list it: "\\boxed{12}, \\boxed{-12}",
+    and so do the boxes of the final answer section (23), "\\boxed{12}\\n\\boxed{-12}".
+27. A repeating decimal is the exact fraction it denotes: "0.\\overline{6}" == "\\frac{2}{3}",
+    "0.1\\overline{6}" == "\\frac{1}{6}", "1.\\bar{3}", "0.\\dot{3}", "0.\\dot{1}4285\\dot{7}"
+    (math-verify 0.9.0: "0.\\overline{6}" != "\\frac{2}{3}"); and "0.\\overline{6}" != "0.6".
+28. The real line and its standard half-lines are intervals: "\\mathbb{R}", "\\R", "ℝ",
+    "all real numbers" == "(-\\infty, \\infty)", "\\mathbb{R}_{\\geq 0}" == "[0, \\infty)",
+    "\\mathbb{R}_{>0}" == "(0, \\infty)" ("\\mathbb{R}^+" is left alone: authors disagree on 0).
+    A comma inside brackets belongs to one interval, point or set and is not a list of answers,
+    so "(-\\infty, \\infty)" is compared with "\\mathbb{R}" (dapo-verifier-2: multiple_answers);
+    "1, 2" is still a list.
+29. Time: a prediction nested more than MAX_NESTING_DEPTH brackets deep or of more than
+    MAX_ANSWER_TOKENS tokens is malformed before it reaches the parser, which would take seconds
+    on it (a \\frac nested 90 deep ran into the time limit); see the two constants for the
+    measurements. A timeout kills its worker, and one spare worker is kept started ahead, so the
+    next call takes it ready instead of waiting 2-4 s for a worker to start.
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -135,7 +197,7 @@ from typing import NamedTuple
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-2"
+VERSION = "dapo-verifier-3"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".
@@ -147,7 +209,8 @@ REASON_DOCS = {
     "placeholder": "a template placeholder instead of an answer ('...', '[answer]', '<final_answer>')",
     "echoed_prompt": "the only answer marker is the prompt's instruction echoed back",
     "multiple_answers": "several candidates ('12 or 13', a list, a range) or contradicting final answers",
-    "malformed": "an answer that is not of the accepted form (dapo: a single ASCII integer), or too long",
+    "malformed": "an answer that is not of the accepted form (dapo: a single ASCII integer), too long, or (math) "
+    "nested or long past the parse limits",
     "parse_error": "math mode: the math parser could not read the answer or raised while comparing",
     "timeout": "math mode: parsing or comparing took longer than timeout_s; the worker was killed",
     "worker_error": "math mode: the worker process died or ran out of memory",
@@ -157,6 +220,15 @@ REASONS = tuple(REASON_DOCS)
 EXCEPTION_REASONS = frozenset({"parse_error", "timeout", "worker_error"})
 
 DEFAULT_TIMEOUT_S = 2.0
+# Structural limits on a math-mode prediction, checked before it reaches the parser (deviation 29).
+# math-verify's LaTeX grammar (ANTLR, adaptive prediction) and sympy's simplification cost time that
+# grows steeply with nesting: measured in a fresh worker on a 2-core x86-64 machine, 16 parentheses
+# deep 1.3 s, 14 braces deep 7.6 s, \frac nested 16 deep 3.7 s and 20 deep 79 s; 8 deep at most 0.7 s,
+# and 160 tokens at most 0.5 s (a 300-element tuple: 2.5 s). The MATH-500 answers nest 2 deep at most
+# and have at most 32 tokens (a 3-vector of fractions), so 8 and 160 leave room for any real answer.
+MAX_NESTING_DEPTH = 8
+MAX_ANSWER_TOKENS = 160
+_LATEX_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[0-9]+(?:\.[0-9]+)?|\S")  # a command, a number, a character
 # Longest answer text we look at. The longest MATH-500 answer has 159 characters (verl's
 # math_dapo.py comment); 1000 leaves room for matrices and keeps every step cheap.
 MAX_ANSWER_CHARS = 1000
@@ -186,29 +258,42 @@ def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> 
 class _Final(NamedTuple):  # a NamedTuple: built once per response in the hot loop, and cheap
     """The final-answer text of a response, or why there is none."""
 
-    candidates: tuple[str, ...] = ()  # texts that must all agree: the answer, then later boxes
+    candidates: tuple[str, ...] = ()  # texts that must all agree: the final statement, then later boxes
     reason: str = ""  # "" when candidates were found, else a reason code
     detail: str = ""
     earlier: tuple[str, ...] = ()  # values of earlier "Answer:" markers (deviation 20)
-    line_of_boxes: bool = False  # candidates are the boxes of one line (no "Answer:" marker)
+    section: tuple[str, ...] = ()  # the other values of the final answer section (deviation 23)
+    boxes_only: bool = False  # no "Answer:" marker: the final statement is the last box
+    same_line: tuple[str, ...] = ()  # boxes-only: the boxes on the last box's line outside the section
 
 
 # Every LaTeX spelling of a framed or highlighted answer (deviation 13): the kernel's \fbox and
 # \framebox[width][pos]{...}, xcolor's \colorbox{colour}{...} and \fcolorbox{frame}{back}{...},
 # amsmath's \boxed, mathtools' \Aboxed, MathJax's \bbox[options]{...}, fancybox's four frames.
-_BOX = re.compile(
-    rb"\\(boxed|fbox|framebox|fcolorbox|colorbox|bbox|Aboxed|doublebox|ovalbox|Ovalbox|shadowbox)(?![A-Za-z])"
-)
+_BOX_NAMES = rb"boxed|fbox|framebox|fcolorbox|colorbox|bbox|Aboxed|doublebox|ovalbox|Ovalbox|shadowbox"
+_BOX = re.compile(rb"\\(" + _BOX_NAMES + rb")(?![A-Za-z])")
 _BOX_NAME_REACH = 7  # most bytes between the backslash and the "box" inside a name ("\fcolorbox")
 _BOX_COLOUR_ARGS = {b"colorbox": 1, b"fcolorbox": 2}  # brace groups before the content
 _BOX_OPTION = re.compile(rb"\s*\[[^\[\]{}\n]{0,100}\]")  # "[2cm]", "[rgb]", "[5px,border:2px solid]"
 _BOX_COLOUR = re.compile(rb"\s*\{[^{}\n]{0,100}\}")  # "{yellow}", "{0.9,0.9,1}"
 _BOX_OPEN = re.compile(rb"\s*\{")  # LaTeX allows "\boxed {13}"
 _BRACE = re.compile(rb"[{}]")
+# A box command with no brace group (deviation 13): its argument runs to the end of its line or
+# math, as in lm-evaluation-harness' minerva_math last_boxed_only_string ("\boxed 7$" -> "7").
+# Small brace groups and commands ride along ("\boxed 1{,}000", "\fbox 3\times10^4"); a closing
+# delimiter, "\\", "\end{" or the next box ends it.
+_BRACELESS_ARGUMENT = re.compile(
+    rb"[ \t]*((?:[^\s\\${}]|\{[^{}\n]{0,100}\})(?:[^\n\\${}]|\{[^{}\n]{0,100}\}"
+    rb"|\\(?![\])\\]|end\{|(?:" + _BOX_NAMES + rb")(?![A-Za-z]))(?:[A-Za-z]+|[^A-Za-z\n]))*)"
+)
+# A box holding only an integer, digit groups allowed, at any length (deviation 24).
+_DIGITS_IN_BRACES = re.compile(rb"\{[ \t]*([+-]?[0-9](?:[0-9]|,[0-9]|\\,[0-9]|\{,\}[0-9]| [0-9])*)[ \t]*\}")
 # More boxes than this in the final statement, or more "Answer:" lines than this before the final
 # one, is spam, not an answer (and would cost work).
 MAX_FINAL_BOXES = 16
 MAX_ANSWER_LINES = 16
+SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
+_SPAM = _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
 _FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
@@ -224,6 +309,29 @@ _LEADING = re.compile(  # written as "class* (command class*)*" so the common ca
     rb"|(?:\\[\[(]|\$\$|\\begin\{(?:equation|align|gather|displaymath|math)\*?\})(?=[ \t]*\r?\n))"
     rb"[ \t\r\n*`}~&]*)*"
 )
+# The final answer section (deviation 23): text that states an answer and nothing else. Whitespace,
+# punctuation and markdown, math delimiters and LaTeX spacing, text and environment wrappers, plain
+# numbers, and the words of a statement or a hedge. Any other word ("Wait, that double counts"),
+# an "=", any other command or non-ASCII character is reasoning, and ends the section. Possessive
+# (`*+`, `++`): each byte is looked at once, whatever the text.
+_SECTION_WORDS = (
+    rb"answers?|final(?:ly)?|the|is|are|so|thus|hence|therefore|or|and|also|maybe|perhaps|possibly"
+    rb"|alternatively|either|it|could|might|be"
+)
+_ANSWER_ONLY = re.compile(
+    rb"(?:[\s.,;:!?()\[\]{}*_#>`~&|\"'+-]++|\$|\\[\[\]()\\,;:! ]"
+    rb"|\\(?:q?quad|displaystyle|hline|item|newline|noindent)(?![A-Za-z])"
+    rb"|\\(?:text|textbf|mathbf|mathrm|textit|emph|mbox|textrm|underline)\s*+\{"
+    rb"|\\(?:begin|end)\{[A-Za-z]*+\*?\}|[0-9]++|(?i:" + _SECTION_WORDS + rb")(?![A-Za-z]))*+"
+)
+# A value stated in the section without a box ("The answer is 12." before "\boxed{13}"), and the
+# list marker that is not one ("1. \boxed{19}", "(2) \boxed{19}").
+_STATED_NUMBER = re.compile(
+    rb"(?<![0-9A-Za-z.^_\\])[+-]?[0-9]+(?:(?:,|\\,|\{,\}| )[0-9]{3}(?![0-9]))*(?:\.[0-9]+)?(?![0-9A-Za-z])"
+)
+_LIST_MARKER = re.compile(rb"[ \t>*#-]*(?:\(?[0-9]{1,3}[.)]|\([0-9]{1,3}\))[ \t]+(?=\S)")
+_DIGIT = re.compile(rb"[0-9]")
+_MARKER = re.compile(rb"(?i:answer)[ \t*_}]{0,8}(?::|\xef\xbc\x9a)")  # "Answer:", "**Answer**:", "Answer："
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 
@@ -236,10 +344,10 @@ def _box_starts(data: bytes, start: int, end: int) -> list[re.Match]:
     return list(itertools.islice(_BOX.finditer(data, start, end), MAX_FINAL_BOXES + 1))
 
 
-def _last_box(data: bytes, start: int) -> re.Match | None:
-    """The last box command in data[start:]: found from the end with C-speed rfind (the box is
+def _last_box(data: bytes, start: int, end: int | None = None) -> re.Match | None:
+    """The last box command in data[start:end]: found from the end with C-speed rfind (the box is
     usually near the end), or by one regex scan when "box" keeps turning up in other words."""
-    end = len(data)
+    end = len(data) if end is None else end
     for _ in range(8):
         i = data.rfind(b"box", start, end)
         if i < 0:
@@ -254,12 +362,13 @@ def _last_box(data: bytes, start: int) -> re.Match | None:
     return last
 
 
-def _box_contents(data: bytes, box: re.Match) -> str:
-    """The contents of a box command, after its optional and colour arguments, braces matched
-    by depth.
+def _box_span(data: bytes, box: re.Match) -> tuple[str, int]:
+    """(contents, end offset) of a box command: its brace group after the optional and colour
+    arguments, braces matched by depth; else, with no brace group ("\\boxed 7"), the brace-less
+    argument (deviation 13): the rest of its math or line.
 
-    A box with no brace group where one is due ("\\boxed 13": TeX would frame the "1" alone), or one
-    that does not close within MAX_ANSWER_CHARS bytes, comes back as "{", an unbalanced text every
+    A box whose brace group does not close within MAX_ANSWER_CHARS bytes, unless it holds only
+    digits (deviation 24), or with nothing after it, comes back as "{", an unbalanced text every
     normaliser reports as malformed: a long or broken box costs bounded work, not a hang.
     """
     open_at = box.end()
@@ -273,20 +382,30 @@ def _box_contents(data: bytes, box: re.Match) -> str:
         for _ in range(colours):
             colour = _BOX_COLOUR.match(data, open_at)
             if colour is None:
-                return "{"
+                return "{", open_at
             open_at = colour.end()
             option = _BOX_OPTION.match(data, open_at)  # \fcolorbox[model]{frame}[model]{back}{...}
             open_at = option.end() if option else open_at
         opening = _BOX_OPEN.match(data, open_at)
         if opening is None:
-            return "{"
+            argument = _BRACELESS_ARGUMENT.match(data, open_at)
+            if argument is None:
+                return "{", open_at
+            return argument[1].decode("utf-8", "replace"), argument.end()
         open_at = opening.end() - 1
     depth = 0
     for brace in _BRACE.finditer(data, open_at, open_at + MAX_ANSWER_CHARS + 2):
         depth += 1 if brace.group() == b"{" else -1
         if depth == 0:
-            return data[open_at + 1 : brace.start()].decode("utf-8", "replace")
-    return "{"
+            return data[open_at + 1 : brace.start()].decode("utf-8", "replace"), brace.end()
+    digits = _DIGITS_IN_BRACES.match(data, open_at)  # deviation 24: a long exact integer
+    if digits is not None:
+        return digits[1].decode(), digits.end()
+    return "{", open_at
+
+
+def _box_contents(data: bytes, box: re.Match) -> str:
+    return _box_span(data, box)[0]
 
 
 def _boxes_in(text: str) -> list[str]:
@@ -387,24 +506,109 @@ def _extract_final(response: str) -> _Final:
             if earlier is None:
                 return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
             later = _box_starts(data, line_end, len(data))
-            if not later:  # the common case, kept cheap
-                return _Final(candidates=(line,), earlier=earlier)
             if len(later) > MAX_FINAL_BOXES:
                 return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
-            # deviation 17: boxes after the answer line must agree with it
-            return _Final(candidates=(line, *(_box_contents(data, box) for box in later)), earlier=earlier)
+            # deviation 23: the values the final answer section states around it must agree with it
+            before, _ = _section_before(data, start, low_start + i)
+            if not later and line_end == len(data) and not before:  # the common case, kept cheap
+                return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
+            # deviation 17: and so must the boxes after the answer line
+            spans = [_box_span(data, box) for box in later]
+            after = _stated_after(data, spans[-1][1] if spans else line_end)
+            if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
+                return _SPAM
+            section = (*before, *after)
+            return _Final(candidates=(line, *(content for content, _ in spans)), earlier=earlier, section=section)
         end = low_start
 
     last = _last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
-        line_start = data.rfind(b"\n", start, last.start()) + 1
-        same_line = _box_starts(data, line_start, len(data))  # "\boxed{12} or \boxed{13}"
-        if len(same_line) > MAX_FINAL_BOXES:
-            return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes on the final line")
-        return _Final(candidates=tuple(_box_contents(data, box) for box in same_line), line_of_boxes=True)
+        content, box_end = _box_span(data, last)
+        before, section_start = _section_before(data, start, last.start())
+        after = _stated_after(data, box_end)
+        if before is None or after is None or 1 + len(before) + len(after) > MAX_FINAL_BOXES:
+            return _SPAM
+        # the boxes of the last box's line outside the section, which list a set in math mode (22)
+        line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
+        same_line = tuple(_box_contents(data, box) for box in _box_starts(data, line_start, section_start))
+        return _Final(candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line)
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
+
+
+def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, int]:
+    """The values the final answer section states before offset p (deviation 23), and where the
+    section starts. None for the values: over MAX_FINAL_BOXES boxes, spam.
+
+    Walks back a line at a time (each byte looked at once) while the text states an answer and
+    nothing else (_ANSWER_ONLY), and not into an earlier "Answer:" line (a final answer of its own,
+    compared in dapo mode by deviation 20). A box joins the section when only such text lies between
+    it and p, and so does every number in that text; above the section's first statement, only a
+    number on a line that says "answer" does ("The answer is 12." above "\\boxed{13}"; a bare "12"
+    there may be the end of a computation). Reasoning ends the section, and the common case, an
+    "Answer:" line under a paragraph of reasoning, costs one match of that paragraph's last line.
+    """
+    values: list[str] = []
+    pending: list[tuple[list[str], bool]] = []  # numbers not yet between two statements, "answer" said
+    boxes = 0
+    limit = max(start, p - SECTION_REACH)  # bounded work: the section ends here at the latest
+    rfind, answer_only = data.rfind, _ANSWER_ONLY.fullmatch  # the hot loop: bound once
+    while p > limit:
+        line_start = rfind(b"\n", limit, p) + 1 or limit  # rfind gives -1 when limit is 0 too
+        cut = line_start == limit > start and data[limit - 1] != 10  # 10 == "\n": a line cut by the reach
+        if line_start == p or not cut and answer_only(data, line_start, p):  # empty: the common case
+            if line_start < p:
+                if _MARKER.search(data, line_start, p):
+                    break  # an earlier "Answer:" line: a statement of its own (deviation 20), not read here
+                if numbers := _stated_numbers(data, line_start, p):
+                    pending.append((numbers, b"answer" in data[line_start:p].lower()))
+            p = line_start - 1 if line_start > limit else limit
+            continue
+        box = _last_box(data, line_start, p) if data.find(b"box", line_start, p) >= 0 else None
+        if box is None or _MARKER.search(data, line_start, box.start()):
+            break
+        content, box_end = _box_span(data, box)
+        if box_end > p or not answer_only(data, box_end, p):
+            break  # reasoning after the box ("\boxed{12}. Wait, that double counts"), or it encloses p
+        boxes += 1
+        if boxes > MAX_FINAL_BOXES:
+            return None, p
+        for numbers, _ in pending:  # now between two statements: every one counts
+            values[:0] = numbers
+        pending = []
+        values[:0] = [content, *_stated_numbers(data, box_end, p)]
+        p = box.start()
+    for numbers, says_answer in pending:
+        if says_answer:
+            values[:0] = numbers
+    return values, p
+
+
+def _stated_after(data: bytes, q: int) -> list[str] | None:
+    """The numbers stated in the answer-only lines right after the final statement (deviation 23):
+    "Answer: 19\\n18\\n17" states three values. None when there are more than MAX_FINAL_BOXES."""
+    values: list[str] = []
+    end = min(len(data), q + SECTION_REACH)
+    while q < end:
+        line_end = data.find(b"\n", q, end)
+        line_end = end if line_end < 0 else line_end
+        if line_end == end < len(data) or not _ANSWER_ONLY.fullmatch(data, q, line_end):
+            break  # a line cut by the reach, or reasoning
+        values += _stated_numbers(data, q, line_end)
+        if len(values) > MAX_FINAL_BOXES:
+            return None
+        q = line_end + 1
+    return values
+
+
+def _stated_numbers(data: bytes, a: int, b: int) -> list[str]:
+    """The numbers in answer-only text data[a:b], less a list marker that opens its line."""
+    if _DIGIT.search(data, a, b) is None:  # the common case
+        return []
+    if (a == 0 or data[a - 1] == 10) and (marker := _LIST_MARKER.match(data, a)):  # 10 == "\n"
+        a = min(marker.end(), b)  # matched without the end bound: what follows the marker decides
+    return [number.decode() for number in _STATED_NUMBER.findall(data, a, b)]
 
 
 def _earlier_values(data: bytes, start: int, final: int) -> tuple[str, ...] | None:
@@ -528,17 +732,39 @@ def _peel_half_delimiters(text: str) -> str:
     return text
 
 
-def _collapse_thousands(text: str) -> str:
+def _collapse_thousands(text: str, pairs: bool = False) -> str:
     """Remove thousands separators that form valid groupings (deviation 6): "1,000", "1{,}000",
-    "1,\\!000", "1\\,000" -> "1000". "1,2,3" and "12,34" are not groupings and stay lists."""
+    "1,\\!000", "1\\,000", "2 500 000", "2\\,500\\,000" -> "1000", "2500000". A valid grouping has
+    one to three digits, then groups of exactly three, all split by the same kind of separator: "1,2,3",
+    "12,34", "12 13" and "1,000 000" are not groupings and stay as they are (lists, or malformed).
+    pairs (math mode, deviation 28): a bracket that holds only "a,bbb" is a pair of endpoints or
+    coordinates, not a number: "(12,102)" stays (the MATH-500 answer "(2,12) \\cup (12,102)")."""
     text = text.replace("{,}", ",").replace("\u2212", "-")  # deviation 10: U+2212 minus sign
-    text = _LATEX_THOUSANDS.sub(r"\1", text)
-    return _THOUSANDS.sub(lambda m: m.group().replace(",", ""), text)
+    if "," not in text and " " not in text and "\\" not in text and "~" not in text and text.isascii():
+        return text  # no separator of any kind: the common case
+    return _GROUPED.sub(_ungroup_unless_pair if pairs else _ungroup, text)
 
 
-# "1\\,000" -> "1000" and "1,\\!000" -> "1,000": a LaTeX space between digit groups.
-_LATEX_THOUSANDS = re.compile(r"(?<=[0-9])(,?)\\[,!]\s*(?=[0-9]{3}(?![0-9]))")
-_THOUSANDS = re.compile(r"(?<![0-9.,])[0-9]{1,3}(?:,[0-9]{3})+(?![0-9]|,[0-9])")
+def _ungroup(grouped: re.Match) -> str:
+    kinds = {_SPACE_RUN.sub("", sep) or " " for sep in _SEPARATOR.findall(grouped[0])}
+    return _SEPARATOR.sub("", grouped[0]) if len(kinds) == 1 else grouped[0]  # mixed kinds: no grouping
+
+
+def _ungroup_unless_pair(grouped: re.Match) -> str:
+    text, start, end = grouped.string, grouped.start(), grouped.end()
+    if text[start - 1 : start] in ("(", "[") and text[end : end + 1] in (")", "]") and grouped[0].count(",") == 1:
+        return grouped[0]
+    return _ungroup(grouped)
+
+
+# Separators between digit groups: a comma, a space (also thin, narrow and no-break), LaTeX's "~",
+# "\,", "\:", "\;", "\ ", "\!", "\thinspace", and ",\!" (MATH writes "1,\!000").
+_SEPARATOR_TEXT = r"(?:,\\!|\\(?:[,:; !]|thinspace(?![A-Za-z])))[ \t]*|[, ~\u2009\u202f\u00a0]"
+_SEPARATOR = re.compile(_SEPARATOR_TEXT)
+_SPACE_RUN = re.compile(r"[\s~]+")
+_GROUPED = re.compile(
+    rf"(?<![0-9.,])[0-9]{{1,3}}(?:(?:{_SEPARATOR_TEXT})[0-9]{{3}})+(?![0-9]|(?:{_SEPARATOR_TEXT})[0-9])"
+)
 
 
 # --- DAPO: the integer rule ("dapo" mode) -----------------------------------------------------
@@ -552,19 +778,74 @@ _HEDGE = re.compile(
 )
 # Inline text wrappers become plain words: "13 \text{ ways}" -> "13  ways".
 _INLINE_TEXT = re.compile(r"\\(?:text|mbox|mathrm|textbf)\{([^{}]*)\}")
-# One integer with what may follow it. Unit words have two letters or more and are neither hedge
-# words nor math ("13 pi", "13 i" and "13 or more" are not 13).
-_INTEGER_ANSWER = re.compile(
-    rf"""(?:\\?\$\s*)?                                    # currency: "\$13"
-    (?P<sign>[+-]?)(?P<digits>[0-9]+)(?:\.0+)?           # the integer; "13.0" (deviation 10)
-    (?:\s*(?:\\?%|\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?    # percent or degrees
-    (?:\s*(?!(?:{_HEDGE_WORDS}|pi|sqrt|mod|times|cdot)\b)[A-Za-z]{{2,}}
-       (?:\s+(?!(?:{_HEDGE_WORDS}|pi|sqrt|mod|times|cdot)\b)[A-Za-z]{{2,}}){{0,2}})?  # units
-    (?:\^\s*\{{?[23]\}}?)?                               # "cm^2"
+# LaTeX and Unicode spaces left after the digit groups are joined: "$- 4$", "8\ \mathrm{cm}".
+_LATEX_SPACE = re.compile(r"\\(?:[,:; !]|q?quad(?![A-Za-z])|thinspace(?![A-Za-z]))|[\u2009\u202f\u00a0]")
+# Words that change, hedge or hide the value, so never a unit, a gloss or a closing phrase (deviations
+# 9, 15): "13 or more", "13 pi", "6 squared", "81, approximately", "81, to the nearest integer",
+# "12 (incorrect)". Number words are never units, and in a gloss they must spell the value.
+_NUMBER_WORDS = {
+    word: value
+    for value, word in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
+        "sixteen seventeen eighteen nineteen".split()
+    )
+} | {word: 10 * value for value, word in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)}
+_SCALE_WORDS = {"hundred": 10**2, "thousand": 10**3, "million": 10**6, "billion": 10**9, "trillion": 10**12}
+_VALUE_WORDS = (
+    r"pi|sqrt|mod|modulo|times|cdot|squared|cubed|factorial|choose|over|divided|power|root|half|twice|double"
+    r"|triple|dozens?|hundreds|thousands|millions|billions|trillions|about|approx|approximately|around"
+    r"|roughly|nearly|almost|circa|estimated?|ish|maybe|perhaps|possibly|probably|likely|up|under|above|below"
+    r"|exceeding|rounded|rounding|nearest|wrong|incorrect|false|invalid|unsure|uncertain|guess(?:ed|ing)?"
+    r"|tentative(?:ly)?|unverified|unchecked|doubtful|if|unless|except|but|otherwise|instead|else|assuming"
+)
+_NOT_A_UNIT = "|".join([_HEDGE_WORDS, _VALUE_WORDS, *_NUMBER_WORDS, *_SCALE_WORDS])
+_NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "81, and that is all" is fine
+# One number and what may follow it (deviations 6, 9, 10, 15, 25): the sign, a space allowed ("- 4");
+# the digits (groupings already joined) and a fraction; scientific notation with an exponent of at
+# most four digits ("3.5 \times 10^{4}", "3.5\cdot10^4", "3.5e4"; "10^12" is 10^{12}, as math-verify
+# reads it) or a scale word ("2.5 million"); percent or degrees ("45\degree", "45^{\circ}", "45°");
+# units, up to four terms: words of two letters or more, any letters inside a text command
+# ("\text{ m/s}", "\mathrm{cm}^3", though not an upright i, e or j), compounds of SI symbols ("km/h",
+# "m/s"); a gloss in brackets before or after the units ("36 (thirty-six)"); a closing phrase after a
+# comma, dash or full stop ("81, altogether.", "17. I hope it is correct."), words only.
+_UNIT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]{{2,}}"
+_TEXT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]+"
+_SI_LETTER = r"[msghlLNJWVAKC](?![A-Za-z])"
+_UNIT_POWER = r"(?:\^\s*(?:\{\s*-?\s*[0-9]\s*\}|-?[0-9]))"  # "cm^3", "s^{-1}"
+_UNIT_TERM = (
+    rf"(?:\\(?:text|mathrm|mbox|textrm|textnormal|textup|rm)\s*\{{\s*(?![iej]\s*\}})"
+    rf"{_TEXT_WORD}{_UNIT_POWER}?(?:(?:\s*[/.\-]\s*|\s+){_TEXT_WORD}{_UNIT_POWER}?)*\s*\.?\s*\}}"
+    rf"|(?:{_UNIT_WORD}|{_SI_LETTER})\s*/\s*(?:{_UNIT_WORD}|{_SI_LETTER})|{_UNIT_WORD}){_UNIT_POWER}?"
+)
+_PHRASE_WORD = rf"(?!(?:{_NOT_IN_PHRASE})(?![A-Za-z]))[A-Za-z]+(?:['\-][A-Za-z]+)*"
+_PHRASE = rf"{_PHRASE_WORD}(?:\s+{_PHRASE_WORD}){{0,11}}"
+_GLOSS = rf"\s*[(\[]\s*{_PHRASE}\s*[)\]]"
+_NUMBER_ANSWER = re.compile(
+    rf"""(?:\\?\$\s*)?                                             # currency: "\$13"
+    (?P<sign>[+-]?)\s*(?P<digits>[0-9]+)(?P<fraction>\.[0-9]+)?     # "- 4", "13.0", "3.5"
+    (?:\s*(?:\\times|\\cdot|\\ast|\*|x|\u00d7|\u00b7)\s*10\s*\^\s*           # scientific notation
+         (?:\{{\s*(?P<exp>[+-]?\s*[0-9]{{1,4}})\s*\}}|(?P<exp_bare>[0-9]{{1,4}}))
+       |e(?P<exp_e>[+-]?[0-9]{{1,4}})                                  # "3.5e4"
+       |\s+(?P<scale>hundred|thousand|million|billion|trillion)(?![A-Za-z]))?  # "2.5 million"
+    (?:\s*(?:\\?%|\\(?:degree|textdegree)(?![A-Za-z])                   # percent, degrees
+       |(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?
+    (?P<gloss>{_GLOSS})?                                            # "17 (seventeen) ways"
+    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+){_UNIT_TERM}){{0,3}})?  # units
+    (?P<gloss_after>{_GLOSS})?                                      # "36 (thirty-six)"
+    (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, in all.", "17. I hope so."
     """,
     re.VERBOSE | re.IGNORECASE,
 )
-_DECIMAL = re.compile(r"[+-]?[0-9]*\.[0-9]+")
+_SCALE_EXPONENTS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}  # short scale
+# A statement before the value, "The final answer is $17$" (the Minerva prompt's format), and math
+# delimiters inside the value's text, "$12$ meters" (deviation 15).
+_LEADING_STATEMENT = re.compile(
+    r"(?:(?:so|thus|hence|therefore),?\s+)?(?:the|my|our)\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE
+)
+_INNER_MATH = re.compile(r"(?<!\\)\$|\\[()]")
+# An integer longer than MAX_ANSWER_CHARS, alone or in one box (deviation 24); possessive, so a
+# long text that is not one is refused in linear time.
+_LONG_INTEGER = re.compile(r"[\s$*`]*+(?:\\boxed\{((?:[^{}]|\{,\})*+)\}|([+-]?[0-9][0-9,{}\\ ]*+))[\s$*`.]*+")
 _ASCII_INTEGERS = re.compile(r"[0-9]+")
 # A subordinate clause after the value (deviation 15): "56, since 7 x 8 = 56", "56 (because ...)",
 # "56, which is 7 x 8", "56. This is because ...". The words of the first list open one after a
@@ -620,6 +901,8 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
         sign = core[:1] if core[:1] in ("-", "+") else ""  # "-3"
         if core[len(sign) :].isdigit():
             return _canonical_int(sign, core[len(sign) :]), "", ""
+    if len(text) > MAX_ANSWER_CHARS and (long := _long_integer(text)) is not None:
+        return long, "", ""  # deviation 24: an exact integer of any length
     # deviation 8: the boxes are the value, whatever the words around them (the words of a clause
     # too, unless the line is too long to read whole: then only those before the clause)
     head = text if len(text) <= MAX_ANSWER_CHARS else _before_clause(text)
@@ -629,29 +912,120 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
     if boxes:
         return _agree([_integer_candidate(box) for box in boxes])
     text = _before_clause(head)
-    t = _INLINE_TEXT.sub(r"\1", _collapse_thousands(_peel(text)))
-    t = _peel(t)
+    raw = _peel(_LATEX_SPACE.sub(" ", _collapse_thousands(_peel(text))))
+    if (statement := _LEADING_STATEMENT.match(raw)) is not None:
+        raw = _peel(raw[statement.end() :])
+    if "$" in raw or "\\(" in raw:
+        raw = _peel(_INNER_MATH.sub("", raw))
+    t = _peel(_INLINE_TEXT.sub(r"\1", raw))  # the plain words, for the checks below
     if not t:
         return None, "empty_answer", ""
     if _PLACEHOLDER.fullmatch(t):
         return None, "placeholder", f"placeholder {t!r}"
-    if "=" in t:  # "x = 13", "m + n = 85": the value is after the last "="
-        lhs, _, t = t.rpartition("=")
-        if _HEDGE.search(lhs):  # deviation 16: "x = 12 or x = 13"
-            return None, "multiple_answers", f"several candidates in {text.strip()!r}"
-        t = _peel(t)
-        if not t:
-            return None, "empty_answer", ""
-    m = _INTEGER_ANSWER.fullmatch(t)
-    if m:
-        return _canonical_int(m["sign"], m["digits"]), "", ""
+    sides = raw.split("=")  # deviation 26: "x = 13", "17 = x", "512 = 2^9": the number is the value
+    readings = [_read_number(_peel(side)) for side in sides]
+    if len(sides) > 1 and any(
+        reading is None and _HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) for side, reading in zip(sides, readings)
+    ):
+        return None, "multiple_answers", f"several candidates in {text.strip()!r}"  # deviation 16: "x = 12 or 13"
+    readings = [reading for reading in readings if reading is not None]
+    if readings:
+        return _agree(readings)
+    t = _peel(_INLINE_TEXT.sub(r"\1", sides[-1]))
+    if not t:
+        return None, "empty_answer", ""
     if len(_ASCII_INTEGERS.findall(t)) >= 2 and _HEDGE.search(t):
         return None, "multiple_answers", f"several candidates in {text.strip()!r}"
-    if _DECIMAL.fullmatch(t):
-        return t, "wrong", "not an integer"  # a clean number, just not the integer asked for
     odd_digits = [ch for ch in t if ch.isdigit() and not ch.isascii()]
     detail = f"non-ASCII digits {''.join(odd_digits)!r}" if odd_digits else f"not a single integer: {t[:80]!r}"
     return None, "malformed", detail
+
+
+def _read_number(text: str) -> tuple[str | None, str, str] | None:
+    """The reading of a text that states one number (_NUMBER_ANSWER), else None: (canonical
+    integer, "", "") for an integer; (its decimal, "wrong", ...) for another number ("13.5",
+    "3.14 \\times 10^1"); multiple_answers when its gloss or phrase spells another number."""
+    m = _NUMBER_ANSWER.fullmatch(text) or _NUMBER_ANSWER.fullmatch(_INLINE_TEXT.sub(r"\1", text))
+    if m is None:
+        return None
+    value, integral = _number_value(m)
+    for words in (m["gloss"], m["gloss_after"], m["phrase"]):
+        if words and any(spelled != value for spelled in _spelled_numbers(words)):
+            return None, "multiple_answers", f"{words.strip()!r} spells a value other than {value}"
+    return (value, "", "") if integral else (value, "wrong", "not an integer")
+
+
+def _number_value(m: re.Match) -> tuple[str, bool]:
+    """(canonical value, whether it is an integer) of a _NUMBER_ANSWER match, the exponent applied
+    by moving the decimal point: exact string work at any size ("3.5 \\times 10^{4}" -> "35000")."""
+    scale = _SCALE_EXPONENTS[m["scale"].lower()] if m["scale"] else 0
+    exponent = scale or int((m["exp"] or m["exp_bare"] or m["exp_e"] or "0").replace(" ", ""))
+    whole = m["digits"] + (m["fraction"] or "")[1:]
+    point = len(m["digits"]) + exponent  # where the decimal point falls in `whole`
+    if point >= len(whole):
+        integer, rest = whole + "0" * (point - len(whole)), ""
+    elif point <= 0:
+        integer, rest = "0", "0" * -point + whole
+    else:
+        integer, rest = whole[:point], whole[point:]
+    rest = rest.rstrip("0")
+    if not rest:  # "13.0", "3.5 \times 10^4"
+        return _canonical_int(m["sign"], integer), True
+    magnitude = (integer.lstrip("0") or "0") + "." + rest
+    return ("-" if m["sign"] == "-" else "") + magnitude, False
+
+
+# Which kind of number word may follow which inside one number ("one" and the other units: after
+# nothing but "hundred" or a scale word; "thirty" takes a unit, "hundred" and scale words take more).
+_FOLLOWS = {
+    "ten": ("one", "unit", "hundred", "scale"),
+    "hundred": ("one", "unit", "teen", "ten", "scale"),
+    "scale": ("one", "unit", "teen", "ten"),
+}
+
+
+def _spelled_numbers(words: str) -> list[str]:
+    """The numbers a gloss or phrase spells in English words: "thirty-six" -> ["36"], "one hundred
+    and five" -> ["105"], "twelve and thirteen" -> ["12", "13"]. A word continues a number only where
+    English lets it ("thirty six", "two hundred", "hundred and five", "thousand twenty"); any other
+    word, or a second units word, starts the next. A lone "one" is a pronoun ("the only one")."""
+    numbers: list[str] = []
+    sign, total, current, last, count = "", 0, 0, None, 0  # last: the kind of the number's last word
+
+    def flush() -> None:
+        if count and not (count == 1 and last == "one"):
+            numbers.append(sign + str(total + current))
+
+    for word in re.split(r"[^a-z]+", words.lower()):
+        value = _NUMBER_WORDS.get(word)
+        kind = "hundred" if word == "hundred" else "scale" if word in _SCALE_WORDS else None
+        if value is not None:
+            kind = "one" if word == "one" else "unit" if value < 10 else "teen" if value < 20 else "ten"
+        if word == "and" and last in ("hundred", "scale"):
+            continue  # "one hundred and five"
+        if kind is None or last is not None and kind not in _FOLLOWS.get(last, ("hundred", "scale")):
+            flush()  # this word ends the number before it (or there is none)
+            if last is not None or kind is None:
+                sign = "-" if word == "negative" else ""  # "negative" signs the number it opens
+            total, current, last, count = 0, 0, None, 0
+            if kind is None:
+                continue
+        if kind == "hundred":
+            current = (current or 1) * 100
+        elif kind == "scale":
+            total, current = total + (current or 1) * _SCALE_WORDS[word], 0
+        else:
+            current += value
+        last, count = kind, count + 1
+    flush()
+    return numbers
+
+
+def _long_integer(text: str) -> str | None:
+    """The canonical integer when a text longer than MAX_ANSWER_CHARS is one integer, digit groups
+    allowed, alone or in one \\boxed{} (deviation 24); else None. Linear time at any length."""
+    m = _LONG_INTEGER.fullmatch(text)
+    return None if m is None else _as_integer(_collapse_thousands((m[1] or m[2]).strip()))
 
 
 def _agree(values: list[tuple[str | None, str, str]]) -> tuple[str | None, str, str]:
@@ -693,7 +1067,23 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
         if others:
             stated = ", ".join(dict.fromkeys([*others, pred]))
             return _verdict(False, None, "multiple_answers", f"'Answer:' lines disagree: {stated}")
+    if final.section:  # deviation 23: every value of the final answer section must be the final one
+        others = [value for value in map(_section_value, final.section) if value != pred]
+        if others:
+            stated = ", ".join(dict.fromkeys([*others, pred]))
+            detail = f"the final answer section states several values: {stated[:200]}"
+            return _verdict(False, None, "multiple_answers", detail)
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+
+
+def _section_value(text: str) -> str:
+    """What a box or number of the final answer section states (deviation 23): its integer or
+    decimal reading, else a description that equals no integer ("\\boxed{x}" beside "\\boxed{3}"
+    is a second answer, not an unread one)."""
+    pred, reason, _ = _integer_candidate(text)
+    if not reason or reason == "wrong":
+        return pred
+    return f"{reason} {text.strip()[:40]!r}"
 
 
 def _earlier_value(text: str) -> str | None:
@@ -790,18 +1180,57 @@ _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")  # but not \leftarrow
 _SPACES = re.compile(r"\s+")
 
 
+# A repeating decimal (deviation 27): "0.\overline{6}", "0.1\overline{6}", "1.\bar{3}", "0.\dot{3}",
+# and the dot notation's first and last digit of the repetend, "0.\dot{1}4285\dot{7}".
+_REPEATING = re.compile(
+    r"(?<![0-9.])([0-9]*)\.([0-9]*)(?:\\(?:overline|bar)\s*(?:\{\s*([0-9]+)\s*\}|([0-9]))"
+    r"|\\dot\s*(?:\{([0-9])\}|([0-9]))(?:([0-9]*)\\dot\s*(?:\{([0-9])\}|([0-9])))?)"
+)
+# The real line and its standard half-lines (deviation 28): "\mathbb{R}", "\R", "x \in \mathbf{R}",
+# "\Bbb R", U+211D, "all real numbers"; "\mathbb{R}_{\geq 0}" is [0, \infty), "\mathbb{R}_{>0}" is
+# (0, \infty). "\mathbb{R}^+" and "\mathbb{R}_+" are left alone: authors disagree on whether they hold 0.
+_REALS = re.compile(  # a bold R followed by more math ("\mathbf{R}\mathbf{v}") is a matrix: left alone
+    r"(?:\\mathbb\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\(?:mathbf|Bbb)\s*(?:\{\s*R\s*\}|R(?![A-Za-z]))|\\R(?![A-Za-z])"
+    r"|\u211d)(?![\\{(A-Za-z0-9])"
+    r"|(?i:\\text\{\s*(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s)\s*\})"
+    r"|(?<![A-Za-z\\])(?i:(?:the\s+set\s+of\s+)?all\s+real(?:\s+numbers|s))(?![A-Za-z])"
+)
+_HALF_LINE = re.compile(r"\\mathbb\{R\}\s*[_^]\s*\{\s*(\\geq?|\\geqslant|>|\\leq?|\\leqslant|<)\s*0\s*\}")
+_HALF_LINES = {
+    "\\ge": "[0, \\infty)", "\\geq": "[0, \\infty)", "\\geqslant": "[0, \\infty)", ">": "(0, \\infty)",
+    "\\le": "(-\\infty, 0]", "\\leq": "(-\\infty, 0]", "\\leqslant": "(-\\infty, 0]", "<": "(-\\infty, 0)",
+}  # fmt: skip
+
+
 def _normalise_math(text: str) -> str:
     """Our LaTeX clean-up before the parser (math-verify does its own after this). Idempotent:
     it repeats until nothing changes."""
     while True:
         before = text
-        text = _collapse_thousands(_peel(text))  # before the rewrites, which remove "\\!" and "\\,"
+        text = _collapse_thousands(_peel(text), pairs=True)  # before the rewrites, which remove "\\!", "\\,"
         for old, new in _MATH_REWRITES:
             text = text.replace(old, new)
         text = _LEFT_RIGHT.sub("", text)
         text = _SPACES.sub(" ", _LATEX_SPACING.sub(" ", text)).strip()
+        if "\\" in text or "\u211d" in text or "real" in text.lower():
+            text = _REPEATING.sub(_repeating_as_fraction, text)
+            text = _HALF_LINE.sub(lambda m: _HALF_LINES[m[1]], _REALS.sub(r"\\mathbb{R}", text))
         if text == before:
             return text
+
+
+def _repeating_as_fraction(m: re.Match) -> str:
+    """The exact fraction of a repeating decimal I.F(R) (deviation 27): (IFR - IF) / (10^|F| (10^|R| - 1)),
+    so "0.1\\overline{6}" -> "\\frac{1}{6}". Left as written past MAX_ANSWER_CHARS digits."""
+    integer, fixed = m[1], m[2]
+    repeat = m[3] or m[4] or ((m[5] or m[6]) + (m[7] or "") + (m[8] or m[9] or "") if m[8] or m[9] else m[5] or m[6])
+    if len(integer) + len(fixed) + len(repeat) > MAX_ANSWER_CHARS:
+        return m[0]
+    numerator = int(integer + fixed + repeat) - int(integer + fixed or "0")
+    denominator = 10 ** len(fixed) * (10 ** len(repeat) - 1)
+    common = math.gcd(numerator, denominator)
+    numerator, denominator = numerator // common, denominator // common
+    return str(numerator) if denominator == 1 else f"\\frac{{{numerator}}}{{{denominator}}}"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -845,9 +1274,43 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     ellipsis = _MATH_ELLIPSIS.search(pred)
     if ellipsis and not _MATH_ELLIPSIS.search(truth):
         return None, "multiple_answers", f"an ellipsis {ellipsis.group()!r} where the answer has none"
-    if "," in pred and not truth_is_set:
+    if not truth_is_set and _top_level_comma(pred):  # deviation 28: "(-\\infty, \\infty)" is one value
         return None, "multiple_answers", "a list where one value is expected"
+    depth, tokens = _nesting_depth(pred), len(_LATEX_TOKEN.findall(pred))
+    if depth > MAX_NESTING_DEPTH or tokens > MAX_ANSWER_TOKENS:  # deviation 29: refused before parsing
+        return None, "malformed", (
+            f"{depth} nested brackets and {tokens} tokens, over the limits {MAX_NESTING_DEPTH} and "
+            f"{MAX_ANSWER_TOKENS}: the parser would take seconds on it"
+        )
     return pred, "", ""
+
+
+def _top_level_comma(text: str) -> bool:
+    """True when a comma of text separates items of a list: one outside every bracket ("1, 2"), not
+    one inside an interval, point or set ("(-\\infty, \\infty)", "[0, 1)", "\\{1, 2\\}")."""
+    if "," not in text:
+        return False
+    depth = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            return True
+    return False
+
+
+def _nesting_depth(text: str) -> int:
+    """The deepest nesting of brackets of any kind in text ("\\left(", "\\{" and a command's "{" count)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+    return deepest
 
 
 def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
@@ -857,9 +1320,10 @@ def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
         return _verdict(False, None, final.reason, final.detail)
     texts = []
     set_truth = _is_set_answer(truth)
-    if final.line_of_boxes and set_truth and len(final.candidates) > 1:
-        texts.append(", ".join(final.candidates))  # deviation 22: "\boxed{12}, \boxed{-12}" lists a set
-    for candidate in () if texts else final.candidates:
+    listed = (*final.same_line, *final.section, *final.candidates) if final.boxes_only else ()
+    if set_truth and len(listed) > 1:
+        texts.append(", ".join(listed))  # deviation 22: "\boxed{12}, \boxed{-12}" lists a set
+    for candidate in () if texts else (*final.candidates, *final.section):  # deviation 23: all agree
         # "Answer: the value is \boxed{1/2}": the boxes are the answer (deviation 8 in math mode).
         boxes = _boxes_in(candidate)
         if len(boxes) > 1 and set_truth:
@@ -946,22 +1410,35 @@ class _MathWorker:
         line = self._read_line(time.monotonic() + timeout_s)
         return json.loads(line) if line is not None else None
 
-    def kill(self) -> None:
+    def kill(self, reap_later: bool = False) -> None:
+        """Kill the worker process. reap_later: wait for it (10-20 ms while the OS frees its memory)
+        and close the pipes in a background thread, so that a timed-out call returns at its limit."""
         self.proc.kill()
+        if reap_later:
+            threading.Thread(target=self._reap, daemon=True, name="verifier-math-worker-reap").start()
+        else:
+            self._reap()
+
+    def _reap(self) -> None:
         self.proc.wait()
         self.proc.stdin.close()
         self.proc.stdout.close()
 
 
+# One spare worker is kept started beyond those in use (deviation 29): a timeout kills its worker,
+# and the next call then takes the spare, ready, instead of waiting 2-4 s for a worker to start.
+# A spare starts in a background thread whenever a call takes the last idle worker.
 _idle_workers: list[_MathWorker] = []
-_STARTER_THREAD = "verifier-math-worker-start"  # the name of a thread starting a replacement worker
-_workers_lock = threading.Lock()
+_starting = 0  # spares being started in background threads
+_waiting = 0  # calls waiting for one of those spares
+_STARTER_THREAD = "verifier-math-worker-start"  # the name of a thread starting a spare worker
+_workers_lock = threading.Condition()
 
 
 def _forget_workers_after_fork() -> None:
     # A forked child must not share the parent's pipes (two readers on one worker) nor its lock.
-    global _idle_workers, _workers_lock
-    _idle_workers, _workers_lock = [], threading.Lock()
+    global _idle_workers, _workers_lock, _starting, _waiting
+    _idle_workers, _workers_lock, _starting, _waiting = [], threading.Condition(), 0, 0
 
 
 os.register_at_fork(after_in_child=_forget_workers_after_fork)
@@ -974,35 +1451,69 @@ def _stop_workers() -> None:
             _idle_workers.pop().kill()
 
 
+def _start_spare() -> threading.Thread:
+    """Start a spare worker in a background thread (counted in _starting until it is ready)."""
+    global _starting
+    with _workers_lock:
+        _starting += 1
+    thread = threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD)
+    thread.start()
+    return thread
+
+
 def _start_idle_worker() -> None:
-    """Start a spare worker (in a background thread, after a timeout killed one). The spare is only a
-    head start: if it cannot start (an OSError from the OS, a worker that does not answer), nothing is
-    raised in the thread; the next call starts its own worker and raises the clear error there."""
+    """The spare's thread: start a worker and make it idle. The spare is only a head start: if it
+    cannot start (an OSError from the OS, a worker that does not answer), nothing is raised in the
+    thread; the next call starts its own worker and raises the clear error there."""
+    global _starting
+    worker = None
     try:
         worker = _MathWorker()
     except (OSError, RuntimeError):
-        return
+        pass
+    finally:
+        with _workers_lock:
+            _starting = max(0, _starting - 1)
+            if worker is not None:
+                _idle_workers.append(worker)
+            _workers_lock.notify_all()
+
+
+def _take_worker() -> _MathWorker:
+    """An idle worker, else the spare on its way (its remaining start-up beats a whole one), else
+    a new one started here; a spare is started whenever this takes the last idle worker."""
+    global _waiting
     with _workers_lock:
-        _idle_workers.append(worker)
+        if not _idle_workers and _starting > _waiting:
+            _waiting += 1
+            _workers_lock.wait_for(lambda: bool(_idle_workers) or _starting == 0, WORKER_START_TIMEOUT_S)
+            _waiting -= 1
+        worker = _idle_workers.pop() if _idle_workers else None
+        spare_needed = not _idle_workers and _starting == 0
+    if worker is None:
+        worker = _MathWorker()  # started outside the lock, so threads start theirs in parallel
+    if spare_needed:  # after our own start, not beside it: two starts at once would slow this one
+        _start_spare()
+    return worker
 
 
 def _ask_math_worker(request: dict, timeout_s: float) -> dict:
-    with _workers_lock:
-        worker = _idle_workers.pop() if _idle_workers else None
-    if worker is None:
-        worker = _MathWorker()  # started outside the lock so threads start theirs in parallel
+    worker = _take_worker()
     started = time.monotonic()
     reply = worker.ask(request, timeout_s)
     if reply is None:
         crashed = worker.proc.poll() is not None
-        worker.kill()  # a hung parser cannot be interrupted; the process is the unit we can stop
-        # Start the replacement now, so the next call does not pay the start-up time.
-        threading.Thread(target=_start_idle_worker, daemon=True, name=_STARTER_THREAD).start()
+        worker.kill(reap_later=True)  # a hung parser cannot be interrupted; the process is the unit we can stop
+        with _workers_lock:
+            spare_needed = not _idle_workers and _starting == 0
+        if spare_needed:  # no spare left for the next call: start one now
+            _start_spare()
         if crashed:
             return {"status": "worker_error", "detail": f"worker exited with code {worker.proc.returncode}"}
         return {"status": "timeout", "detail": f"no verdict after {time.monotonic() - started:.2f}s"}
     with _workers_lock:
         _idle_workers.append(worker)
+        _workers_lock.notify_all()
     return reply
 
 
@@ -1169,9 +1680,9 @@ def score(response: str, ground_truth: str, *, mode: str = "dapo", timeout_s: fl
         timeout_s: hard limit, in seconds, on the math mode's parse-and-compare of this response;
             past it the worker process is killed and the reason is "timeout". Not counted: starting
             a worker (a few seconds: importing sympy and math-verify and warming them up, once per
-            process; a killed worker's replacement is started in the background at once, so only
-            a call that comes before it is ready waits for it). The
-            "dapo" modes are linear-time string work with no parser and need no limit.
+            process). One spare worker is kept started ahead (deviation 29), so the call after a
+            timeout takes it ready; only a second timeout before the next spare is up waits for
+            one. The "dapo" modes are linear-time string work with no parser and need no limit.
 
     Raises:
         ValueError: unknown mode, bad timeout, or a ground truth the mode cannot use.

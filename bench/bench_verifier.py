@@ -14,7 +14,10 @@ worker process).
 
 Targets: "dapo" >= the official rule (verl's math_dapo.compute_score, the rule of the DAPO paper,
 Yu et al. 2025, arXiv:2503.14476) and >= 50,000 responses/s on one core, so that scoring never
-shows in a training step; "math" never above 2 s for one response (its default time limit).
+shows in a training step; "math" never above 2 s for one response (its default time limit), a
+timeout included: the guards block times inputs built to make the parser take seconds (refused
+before parsing), one real timeout (the limit, then the kill), and the call after it, which takes
+the spare worker that was started ahead instead of waiting for a worker to start.
 """
 
 from __future__ import annotations
@@ -136,15 +139,67 @@ def math_responses(rows: list[dict], n: int, seed: int = 1) -> tuple[list[str], 
     return responses, truths
 
 
-def rate(fn, responses, truths) -> tuple[float, list, float]:
-    """(responses per wall-clock second, results, slowest single call in seconds), one pass."""
-    results, slowest = [], 0.0
+def rate(fn, responses, truths) -> tuple[float, list, float, int]:
+    """(responses per wall-clock second, results, slowest single call in seconds, its index), one pass."""
+    results, slowest, where = [], 0.0, 0
     start = time.perf_counter()
-    for response, truth in zip(responses, truths):
+    for i, (response, truth) in enumerate(zip(responses, truths)):
         t0 = time.perf_counter()
         results.append(fn(response, truth))
-        slowest = max(slowest, time.perf_counter() - t0)
-    return len(responses) / (time.perf_counter() - start), results, slowest
+        if time.perf_counter() - t0 > slowest:
+            slowest, where = time.perf_counter() - t0, i
+    return len(responses) / (time.perf_counter() - start), results, slowest, where
+
+
+def _nest(depth: int, wrap: str) -> str:
+    text = "1"
+    for _ in range(depth):
+        text = wrap.replace("@", text)
+    return text
+
+
+# Inputs that math-verify's parser and sympy take seconds on (measured before dapo-verifier-3 made
+# the math mode refuse them before parsing), each under the 1,000-character answer cap.
+PARSER_BOMBS = (
+    ("\\frac nested 90 deep", _nest(90, "\\frac{@}{2}")),
+    ("\\frac nested 16 deep", _nest(16, "\\frac{@}{2}")),
+    ("parentheses 30 deep", _nest(30, "(@)")),
+    ("a 300-element tuple", "(" + ",".join(["1"] * 300) + ")"),
+    ("60 intervals joined", "\\cup".join(["(1,2)"] * 60)),
+)
+TIMEOUT_BOMB = "9^{9^{9^{9}}}"  # structurally small; its value has ~10^369693099 digits
+
+
+def guards(timeout_s: float) -> float:
+    """Print the guards block (see the module docstring); return its slowest call, in seconds,
+    other than the timeout itself, whose cost is printed apart."""
+    slowest = 0.0
+    for name, bomb in PARSER_BOMBS:
+        t0 = time.perf_counter()
+        s = verifier.score(f"Answer: {bomb}", "1", mode="math", timeout_s=timeout_s)
+        elapsed = time.perf_counter() - t0
+        slowest = max(slowest, elapsed)
+        print(f"  {name:28} {elapsed * 1e3:9.3f} ms  {s.reason}")
+    t0 = time.perf_counter()
+    worker = verifier._MathWorker()  # what a call would wait for without a spare
+    start_up = time.perf_counter() - t0
+    worker.kill()
+    while len(verifier._idle_workers) < 2:  # one for the timeout, one spare (hang guard: the runner's timeout)
+        if not verifier._starting:
+            verifier._start_spare()
+        time.sleep(0.05)
+    t0 = time.perf_counter()
+    s = verifier.score(f"Answer: {TIMEOUT_BOMB}", "1", mode="math", timeout_s=timeout_s)
+    timeout_cost = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    after = verifier.score("Answer: \\frac{26}{2}", "13", mode="math", timeout_s=timeout_s)
+    next_call = time.perf_counter() - t0
+    slowest = max(slowest, next_call)
+    print(f"  {'a timeout (' + TIMEOUT_BOMB + ')':28} {timeout_cost:9.3f} s   {s.reason} "
+          f"(the {timeout_s:g} s limit, then the kill)")
+    print(f"  {'the call right after it':28} {next_call * 1e3:9.3f} ms  {after.reason} (took the spare; "
+          f"a worker start, what it would have waited: {start_up:.2f} s)")
+    return slowest
 
 
 def interleaved_rates(modes, responses, truths, repeats: int, chunk: int = 250) -> dict:
@@ -222,12 +277,13 @@ def main() -> None:
           "one core, timeout 2 s")
     print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  note")
     verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
-    per_s, ours, slowest = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
+    per_s, ours, slowest, where = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
     reasons = {}
     for s in ours:
         reasons[s.reason] = reasons.get(s.reason, 0) + 1
     accuracy = sum(s.correct for s in ours) / len(ours)
     print(f"{'math':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest:>12.3f}s  reasons {reasons}")
+    print(f"{'':16} slowest call: ground truth {truths[where][:40]!r}, prediction {(ours[where].pred or '')[:40]!r}")
 
     from math_verify import parse, verify
 
@@ -240,12 +296,19 @@ def main() -> None:
             gold_cache[truth] = parse("\\boxed{" + truth + "}", parsing_timeout=2)
         return verify(gold_cache[truth], parse(response, parsing_timeout=2), timeout_seconds=2)
 
-    per_s, theirs, slowest = rate(math_verify_score, responses, truths)
+    per_s, theirs, slowest_theirs, _ = rate(math_verify_score, responses, truths)
     accuracy = sum(theirs) / len(theirs)
     agree = sum(s.correct == t for s, t in zip(ours, theirs)) / len(theirs)
-    print(f"{'math-verify':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest:>12.3f}s  verdicts agree with ours on {agree:.3f}")
+    print(f"{'math-verify':16} {per_s:>12,.0f} {accuracy:>9.3f} {slowest_theirs:>12.3f}s  "
+          f"verdicts agree with ours on {agree:.3f}")
     official = [verifier.score(r, t, mode="dapo-official").correct for r, t in zip(responses, truths)]
     print(f"{'dapo-official':16} {'':>12} {sum(official) / len(official):>9.3f} {'':>13}  (string rule on the same)")
+
+    print(f"\nguards (math mode, timeout {verifier.DEFAULT_TIMEOUT_S:g} s):")
+    slowest = max(slowest, guards(verifier.DEFAULT_TIMEOUT_S))
+    verdict = "within" if slowest <= verifier.DEFAULT_TIMEOUT_S else "OVER"
+    print(f"math mode, slowest call other than the timeout: {slowest:.3f} s ({verdict} the "
+          f"{verifier.DEFAULT_TIMEOUT_S:g} s limit)")
 
 
 if __name__ == "__main__":

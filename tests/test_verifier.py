@@ -1,7 +1,8 @@
 """Tests of verifier.py: one table per mode, the ground truths and modes a caller gets wrong, batch
 scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
-dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py; the guards (code
-in model text never executed, bounded time on expressions built to hang) in
+dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py, those of
+dapo-verifier-3 in tests/test_verifier_notation.py; the guards (code in model text never executed,
+bounded time on expressions built to hang, the parse limits, the spare worker) in
 tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
@@ -307,7 +308,7 @@ def test_score_batch_length_mismatch_raises():
 
 
 def test_public_constants():
-    assert verifier.VERSION == "dapo-verifier-2"  # bumped with the rules of deviations 13-15, 20-22
+    assert verifier.VERSION == "dapo-verifier-3"  # bumped with the rules of deviations 23-29
     assert MODES == ("dapo", "dapo-official", "math")
     assert EXCEPTION_REASONS <= set(REASONS) and {"timeout", "parse_error"} <= EXCEPTION_REASONS
     tables = DAPO_CASES + MATH_CASES  # the kinds' tables: tests/test_verifier_kinds.py
@@ -474,6 +475,7 @@ def test_cli_bad_input_is_one_error_line_and_status_2(text, extra, words, tmp_pa
     [
         (["--mode", "lenient"], "argument --mode: invalid choice: 'lenient'"),
         (["--limit", "0"], "argument --limit: '0' must be a finite number > 0"),
+        (["--limit", "-3"], "argument --limit: '-3' must be a finite number > 0"),
         (["--limit", "ten"], "argument --limit: 'ten' is not a number"),
         (["--timeout-s", "-1"], "argument --timeout-s: '-1' must be a finite number > 0"),
         (["--timeout-s", "inf"], "argument --timeout-s: 'inf' must be a finite number > 0"),

@@ -71,18 +71,17 @@ BOMBS = [
 ]
 
 
-def _ensure_idle_worker(limit_s: float = 300.0) -> None:
-    """Have a started math worker waiting, so that each timing below measures the time limit, not
-    a worker start-up (which score() does not count: see its docstring). After a timeout the killed
-    worker's replacement starts in a background thread: wait for it; with none starting, start one.
-    limit_s is a hang guard only (a start takes seconds)."""
+def _ensure_idle_workers(count: int = 1, limit_s: float = 300.0) -> None:
+    """Have `count` started math workers waiting, so that each timing below measures the time limit,
+    not a worker start-up (which score() does not count: see its docstring). Spares start in
+    background threads (after a call takes the last idle worker): wait for those; with none
+    starting, start one. limit_s is a hang guard only (a start takes seconds)."""
     deadline = time.monotonic() + limit_s
-    while not verifier._idle_workers and time.monotonic() < deadline:
+    while len(verifier._idle_workers) < count and time.monotonic() < deadline:
         if not any(thread.name == verifier._STARTER_THREAD for thread in threading.enumerate()):
-            verifier._start_idle_worker()
-        else:
-            time.sleep(0.05)
-    assert verifier._idle_workers, f"no math worker ready within {limit_s} s"
+            verifier._start_spare()
+        time.sleep(0.05)
+    assert len(verifier._idle_workers) >= count, f"no {count} math workers ready within {limit_s} s"
 
 
 # Text built to make string rules slow (backtracking, quadratic rescans, one check per marker):
@@ -101,6 +100,16 @@ STRING_BOMBS = [
     ("Answer: " + "\\[" * 50_000 + "3", (False, "malformed"), (False, "no_answer")),
     ("Answer: 3" + " (because" * 30_000, (True, "ok"), (False, "no_answer")),
     ("\uff1a answer" * 30_000, (False, "multiple_answers"), (False, "no_answer")),
+    # the final answer section and the notations of dapo-verifier-3
+    ("\\boxed{3}\n" * 50_000, (False, "multiple_answers"), (False, "no_answer")),  # over 16 boxes
+    ("\\boxed{3}" + "\n" * 200_000 + "\\boxed{3}", (True, "ok"), (False, "no_answer")),  # past the reach
+    ("the answer is " * 20_000 + "\\boxed{3}", (True, "ok"), (False, "no_answer")),
+    ("Answer: 3" + "\n3" * 100_000, (False, "multiple_answers"), (False, "no_answer")),  # a column: spam
+    ("Answer: " + "1" * 300_000, (False, "wrong"), (False, "no_answer")),  # one long integer, read whole
+    ("Answer: " + "1," * 100_000 + "1", (False, "malformed"), (False, "no_answer")),
+    ("\\boxed " + "1 " * 100_000, (False, "malformed"), (False, "no_answer")),
+    ("Answer: 3 (" + "thirty " * 30_000 + ")", (False, "malformed"), (False, "no_answer")),
+    ("Answer: 3e9999", (False, "wrong"), (False, "wrong")),  # a 10,000-digit value, built exactly
 ]
 # Hang guard for the string rules: 1 s per call. A call normally takes 10-100 microseconds and
 # the largest bomb a few milliseconds, so the margin is over 100x even on a slow, busy machine.
@@ -125,7 +134,7 @@ def test_bombs_return_within_time_limit():
     for bomb in BOMBS:
         for mode in MODES:
             if mode == "math":
-                _ensure_idle_worker()
+                _ensure_idle_workers()
             start = time.monotonic()
             s = score(f"Answer: {bomb}", "13", mode=mode, timeout_s=timeout_s)
             elapsed = time.monotonic() - start
@@ -138,7 +147,7 @@ def test_bombs_return_within_time_limit():
 
 def test_timeout_default_is_two_seconds_and_is_an_exception():
     assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
-    _ensure_idle_worker()
+    _ensure_idle_workers()
     start = time.monotonic()
     s = score("Answer: 9^{9^{9^{9}}}", "13", mode="math")
     elapsed = time.monotonic() - start
@@ -172,6 +181,66 @@ def test_timeout_works_in_a_daemonic_worker_process():
     assert (reason, ok_reason) == ("timeout", "ok")
 
 
+# Parse limits (deviation 29): (prediction, refused before parsing). Refused ones never reach a
+# worker and come back as malformed in microseconds; the accepted ones at the limits go on to it.
+def _nest(depth: int, wrap: str, leaf: str = "1") -> str:
+    for _ in range(depth):
+        leaf = wrap.replace("@", leaf)
+    return leaf
+
+
+PARSE_LIMITS = [
+    (_nest(90, "\\frac{@}{2}"), True),  # 900 characters, under the length cap
+    (_nest(9, "(@)"), True),
+    (_nest(9, "[@]"), True),
+    (_nest(5, "\\left(\\frac{@}{3}\\right)"), True),  # 10 deep: each level opens two
+    ("(" + ",".join(["1"] * 80) + ")", True),  # 161 tokens
+    ("+".join(["x"] * 81), True),
+    (_nest(8, "(@)"), False),
+    (_nest(7, "\\frac{@}{2}"), False),
+    ("(" + ",".join(["1"] * 79) + ")", False),  # 159 tokens
+    ("\\frac{\\sqrt{2+\\sqrt{3}}}{2}", False),
+    ("\\begin{pmatrix} -1/3 \\\\ 2/3 \\\\ 5/3 \\end{pmatrix}", False),  # the MATH-500 answer with most tokens
+]
+
+
+@pytest.mark.parametrize("pred, refused", PARSE_LIMITS, ids=range(len(PARSE_LIMITS)))
+def test_parse_limits_refuse_before_parsing(pred, refused, monkeypatch):
+    asked = []
+    monkeypatch.setattr(verifier, "_ask_math_worker", lambda request, timeout_s: asked.append(request) or
+                        {"status": "ok", "verdicts": [False] * len(request["preds"])})  # fmt: skip
+    start = time.monotonic()
+    s = score(f"Answer: {pred}", "7", mode="math")
+    assert time.monotonic() - start < STRING_HANG_GUARD_S  # string work only: a hang guard
+    if refused:
+        assert (s.reason, asked) == ("malformed", []) and "over the limits" in s.detail, s
+    else:
+        assert s.reason == "wrong" and len(asked) == 1, s
+
+
+def test_parse_limits_are_documented_constants():
+    assert (verifier.MAX_NESTING_DEPTH, verifier.MAX_ANSWER_TOKENS) == (8, 160)
+
+
+def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch):
+    """A timeout kills its worker; the next call takes the spare that was started before, ready,
+    instead of waiting for a worker to start (2-4 s)."""
+    used = []
+    ask = verifier._MathWorker.ask
+
+    def recording_ask(worker, request, timeout_s):
+        used.append(worker)
+        return ask(worker, request, timeout_s)
+
+    monkeypatch.setattr(verifier._MathWorker, "ask", recording_ask)
+    _ensure_idle_workers(2)
+    spare = verifier._idle_workers[0]  # the call below takes the last one: this one is left
+    assert score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0).reason == "timeout"
+    assert spare in verifier._idle_workers  # ready when the timeout is over
+    assert score("Answer: \\frac{26}{2}", "13", mode="math").reason == "ok"
+    assert used[-1] is spare  # the next call used it: no start-up in its way
+
+
 def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypatch):
     # Seen once in CI: Popen of the spare worker failed with OSError (errno 14) in the background
     # thread, which surfaced as an unhandled thread exception. The spare is only a head start.
@@ -181,10 +250,9 @@ def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypat
         raise OSError(14, "Bad address")
 
     monkeypatch.setattr(verifier, "_MathWorker", cannot_start)
-    thread = threading.Thread(target=verifier._start_idle_worker)
     errors = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
-    thread.start()
+    thread = verifier._start_spare()
     thread.join(10)
     assert not thread.is_alive() and errors == []
     assert verifier._idle_workers == before  # no half-made worker left behind

@@ -119,8 +119,10 @@ BOX_SPELLINGS = [
     ("so the answer is \\fbox{313}.", "314", False, "wrong"),
     ("\\fbox{313} or \\boxed{314}", "314", False, "multiple_answers"),
     ("Answer: 314\n\\fbox{313}", "314", False, "multiple_answers"),  # a later box disagrees
-    ("so the answer is \\boxed 314", "314", False, "malformed"),  # TeX would frame the "3" alone
-    ("so the answer is \\colorbox{yellow} 314", "314", False, "malformed"),
+    # no brace group: the argument runs to the end of the math or line, as MATH's own grader reads
+    # it (dapo-verifier-3; tests/test_verifier_notation.py has the kind's table)
+    ("so the answer is \\boxed 314", "314", True, "ok"),
+    ("so the answer is \\colorbox{yellow} 314", "314", True, "ok"),
 ]
 
 # Kind 5 (deviation 14): the answer line inside display or inline math.
