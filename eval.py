@@ -367,7 +367,7 @@ def resolve_model(spec: str) -> Path:
         path = path / "final"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
-                                f"directory holding final/ (the default model is built by `python tiny.py build`)")
+                                f"directory holding final/ (the default model is built by `python tiny_base.py`)")
     return path
 
 

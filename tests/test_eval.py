@@ -9,7 +9,7 @@ Three kinds:
     AIME 2024 parquet and on the tiny task, plus `eval.py compare` on their reports.
 
 The end-to-end tests use the shipped model (assets/tiny-base). EVAL_TEST_MODEL=DIR points them at
-another HF directory (for example one built with `python tiny.py build --steps 20 --out DIR`).
+another HF directory (for example one built with `python tiny_base.py --steps 20 --out DIR`).
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_eval.py
 """
@@ -450,7 +450,7 @@ def test_paper_deviations_lists_each_difference():
 def _model_args() -> list[str]:
     path = Path(TEST_MODEL) if TEST_MODEL else ev.DEFAULT_MODEL
     if not (path / "config.json").exists():
-        pytest.fail(f"no model at {path}: build it with `python tiny.py build` (or set EVAL_TEST_MODEL=DIR)")
+        pytest.fail(f"no model at {path}: build it with `python tiny_base.py` (or set EVAL_TEST_MODEL=DIR)")
     # An explicit budget works for any model directory (one without dapo_run.json needs it).
     # The transformers engine explicitly: these tests check eval's logic and the HF path; with vLLM
     # installed "auto" would pick it (tests/test_vllm.py covers that engine).

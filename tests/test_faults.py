@@ -35,6 +35,7 @@ import plumbing
 import rollout
 import vllm_engine
 import tiny
+import tiny_base
 import train
 from task import Task
 from rollout import Engine, Sample, SamplingParams
@@ -95,7 +96,7 @@ def _tiny_dir(tmp: Path) -> Path:
     if (tiny.ASSET_DIR / "config.json").exists():
         shutil.copytree(tiny.ASSET_DIR, out)
     else:
-        tiny.build_base(out, steps=20, seed=0)
+        tiny_base.build_base(out, steps=20, seed=0)
     return out
 
 

@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
+import tiny_base  # noqa: E402
 import train  # noqa: E402
 from rollout import SamplingParams  # noqa: E402
 from vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
@@ -53,7 +54,7 @@ def model_dir(tmp_path_factory) -> Path:
     if (tiny.ASSET_DIR / "config.json").exists():
         return tiny.ASSET_DIR
     out = tmp_path_factory.mktemp("tiny-base")
-    tiny.build_base(out, steps=20, seed=0)
+    tiny_base.build_base(out, steps=20, seed=0)
     return out
 
 
