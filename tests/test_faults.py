@@ -31,6 +31,7 @@ import pytest
 import torch
 
 import dapo
+import forward
 import plumbing
 import rollout
 import vllm_engine
@@ -139,13 +140,14 @@ def _record(model) -> dict:
 
 
 def _trainer_logprobs(model, prompt_ids, samples, temperature: float, pad_id: int) -> list[torch.Tensor]:
-    """plumbing.forward_logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
+    """forward.logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
     flat = [(p, s) for p, group in zip(prompt_ids, samples) for s in group]
     batch = train.Batch([p for p, _ in flat], [s.token_ids for _, s in flat], torch.zeros(len(flat)), torch.ones(len(flat)),
                         torch.zeros(len(flat), dtype=torch.long), [s.logprobs for _, s in flat])
-    ids, attn, pos, resp, _ = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id, CPU)
+    cfg = train.Config(temperature=temperature)
+    inputs = forward.micro_batch(batch, list(range(len(flat))), pad_id, CPU, cfg)
     with torch.no_grad():
-        lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(temperature=temperature))
+        lp, _ = forward.logprobs(model, inputs, cfg)
     return [lp[i, : len(s.token_ids)] for i, (_, s) in enumerate(flat)]
 
 
