@@ -184,19 +184,21 @@ def attach(model) -> None:
     register_fsdp_forward_method(model, PASS_METHOD)
 
 
-def prepare(model, cfg, device: torch.device) -> None:
+def prepare(model, cfg, device: torch.device, world: int) -> None:
     """`attach`, and with --pack_micro_batches an attention that keeps packed sequences apart.
 
     Packed rows rely on transformers reading the sequence boundaries from position ids that restart
-    at 0: flash_attention_2's variable-length kernel (GPU, bf16 compute: with --bf16), or on sdpa and
-    eager a block-diagonal mask (transformers PR 39194; quadratic in the row, fine on CPU). flash-attn
-    is used on GPU when it is installed. Raises ValueError (as attach, or an attention that cannot
-    keep packed sequences apart).
+    at 0: flash_attention_2's variable-length kernel, or on sdpa and eager a block-diagonal mask
+    (transformers PR 39194), applied to a dense row x row score matrix: quadratic in the row, and
+    on CPU slower than the padded layout (bench/bench_packing.py). flash_attention_2 is switched on
+    where it can run: on GPU with flash-attn installed and bf16 compute (FSDP2 mixed precision,
+    which plumbing.wrap_fsdp applies with --bf16 under torchrun). Raises ValueError (as attach, or
+    an attention that cannot keep packed sequences apart).
     """
     attach(model)
     if not cfg.pack_micro_batches:
         return
-    if device.type == "cuda" and cfg.bf16 and importlib.util.find_spec("flash_attn") is not None:
+    if device.type == "cuda" and cfg.bf16 and world > 1 and importlib.util.find_spec("flash_attn") is not None:
         model.set_attn_implementation("flash_attention_2")
     if model.config._attn_implementation not in PACKED_ATTENTION:
         raise ValueError(f"--pack_micro_batches true needs one of the attentions {PACKED_ATTENTION}, which keep packed "

@@ -420,7 +420,7 @@ for name, change in layouts.items():
     cfg = dataclasses.replace(base, **change)
     model, tok = plumbing.load_policy("", device)
     model = plumbing.wrap_fsdp(model, cfg, device, dist)
-    forward.prepare(model, cfg, device)
+    forward.prepare(model, cfg, device, dist.world)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     mb = forward.split_minibatches(batch, 8, dist)[0]
     passes[name] = [w for _, w in forward.micro_batches_all_ranks(mb, batch, cfg, dist)]
