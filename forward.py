@@ -331,13 +331,12 @@ def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, 
     The trainer's side of the checks that compare an engine's log-probs with the trainer's
     (generator.probe_logprobs, vllm_engine.VLLMEngine.sync_gap): the same pass as training.
     """
-    device = next(model.parameters()).device
-    one = Responses([prompt_ids], [response_ids], torch.ones(1))
-    inputs = micro_batch(one, [0], 0, device, packed=True)
-    cfg = types.SimpleNamespace(temperature=temperature, logprob_chunk=chunk_size, share_prompt_forward=False)
+    attach(model)
+    inputs = micro_batch(Responses([prompt_ids], [response_ids], torch.ones(1)), [0], 0, next(model.parameters()).device,
+                         packed=True)
     with torch.no_grad():
-        logp, _ = logprobs(model, inputs, cfg)  # (1, T)
-    return logp[0]
+        logp, _ = getattr(model, PASS_METHOD)(inputs, float(temperature), int(chunk_size), None)  # (T,) each
+    return logp
 
 
 # --- plumbing: micro-batch layouts ------------------------------------------------------------------------

@@ -16,8 +16,9 @@ Layouts (forward.py): padded (one padded row per response), shared (padded, one 
 prompt: --share_prompt_forward), packed (one row per micro-batch, --pack_micro_batches).
 
 Per layout: real tokens (prompt + response) against the tokens the layout feeds the model, the
-attention score pairs it computes (causal pairs per padded row; the whole row x row square for a
-packed row under sdpa on CPU, whose block-diagonal mask is applied to a dense score matrix), and
+attention score pairs it computes (sdpa with a mask, as on CPU, scores every query against every
+key of its row: (P + T)^2 per padded row, L^2 for a packed row of L tokens, whose block-diagonal
+mask is applied to that dense score matrix), and
 seconds per update: one train.update_policy call (old log-probs of the later mini-batches, then
 one optimizer step per mini-batch), the layouts alternating within each repeat, median and
 range. The anchor is `padded`. Timing needs a quiet machine (the script prints the load).
@@ -88,9 +89,9 @@ def counts(batch, cfg) -> dict:
                 fed, pairs = fed + n, pairs + n * n
             elif cfg.share_prompt_forward and u < len(micro):
                 fed += u * P + len(micro) * (T - 1)
-                pairs += u * P * (P + 1) // 2 + len(micro) * (T - 1) * (P + T) // 2
+                pairs += u * P * P + len(micro) * (T - 1) * (P + T - 1)
             else:
-                fed, pairs = fed + len(micro) * (P + T), pairs + len(micro) * (P + T) * (P + T + 1) // 2
+                fed, pairs = fed + len(micro) * (P + T), pairs + len(micro) * (P + T) ** 2
     return {"real": real, "fed": fed, "pairs": pairs}
 
 

@@ -248,6 +248,15 @@ def test_unpack_map_after_shuffling(tiny):
     assert _gap(logp, ent, _separate(model, batch, idx, 1.0)) < 1e-5
 
 
+def test_sequence_logprobs_is_the_trainers_pass(tiny):
+    """The trainer's side of the weight-sync checks (one sequence, no grad) equals the separate forward."""
+    model, tok = tiny
+    batch = _random_batch(tok, n_groups=1, G=2, seed=15)
+    lp = forward.sequence_logprobs(model, batch.prompt_ids[0], batch.response_ids[0], temperature=0.9)
+    assert not lp.requires_grad and lp.shape == (len(batch.response_ids[0]),)
+    torch.testing.assert_close(lp.double(), _separate(model, batch, [0], 0.9)[0][0], atol=1e-5, rtol=0)
+
+
 def test_tied_embeddings_get_the_gradient_of_both_uses(tiny):
     """The tied weight is the input embedding and the output head: the gradient through the
     hidden-state routine equals autograd through the model's own logits (both uses), in float64."""
