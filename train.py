@@ -131,9 +131,11 @@ class Config:
     logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine, which projects one chunk "
                            "of hidden states onto the vocabulary at a time (memory: chunk x vocabulary x 4 bytes)")
     pack_micro_batches: bool = F(False, "lay each micro-batch out as one row of unpadded sequences (position ids restart "
-                                 "per sequence) instead of padded rows; the prompt is then not shared")
-    share_prompt_forward: bool = F(True, "run each group's prompt once per forward pass and reuse its KV cache for "
-                                   "the G responses (same math, about half the trainer's work on short answers)")
+                                 "per sequence) instead of padded rows; the prompt is then not shared. Off by default: slower "
+                                 "on CPU, where sdpa scores the whole row (bench/bench_packing.py); meant for flash-attn on GPU")
+    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse "
+                                   "its KV cache for the G responses (same math, about half the trainer's work on short "
+                                   "answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")

@@ -393,27 +393,14 @@ plumbing.close_distributed(dist)  # a barrier first: a rank that tears down gloo
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="torchrun with gloo needs a POSIX system")
-def test_skip_decision_is_global_across_ranks(tmp_path):
+def test_skip_decision_is_global_across_ranks(tmp_path, one_and_two_ranks):
     """Under torchrun (2 ranks, FSDP2): rank 1 has no loss token in mini-batch 0 but rank 0 has, so
     it is trained on both; mini-batch 1 has none anywhere and is skipped on both, without a hang;
     the weights equal the 1-process run's."""
-    import os
-    import subprocess
-    import sys
-
     from safetensors.torch import load_file
 
-    repo = Path(__file__).resolve().parents[1]
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)]}
-    for name, cmd in runs.items():
-        out = subprocess.run([*cmd, str(repo), str(tmp_path / name)], cwd=repo, env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        line = [l for l in out.stdout.splitlines() if l.startswith("STATS ")]
+    for stdout in one_and_two_ranks(_RANKS_SCRIPT, tmp_path).values():
+        line = [l for l in stdout.splitlines() if l.startswith("STATS ")]
         assert json.loads(line[0][6:]) == {"policy/optimizer_steps": 1, "policy/skipped_minibatches": 1}
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     base, _ = plumbing.load_policy("", CPU)

@@ -15,9 +15,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -29,7 +26,6 @@ import plumbing
 import train
 from test_train import _random_batch
 
-REPO = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
 FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -442,23 +438,14 @@ plumbing.close_distributed(dist)
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="torchrun with gloo needs a POSIX system")
-def test_two_ranks_equal_one_process_padded_and_packed(tmp_path):
+def test_two_ranks_equal_one_process_padded_and_packed(tmp_path, one_and_two_ranks):
     """The same update on 1 process and on 2 FSDP2 ranks (gloo) gives the same weights (1e-5), with
     the shared prompt pass and with packed token-budget micro-batches whose pass counts differ
     between the ranks (a zero-weight pass keeps them in step): the output head's gradient comes
     through the root's registered method (verl issue 7427), tied to the embedding."""
     from safetensors.torch import load_file
 
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)]}
-    for name, cmd in runs.items():
-        (tmp_path / name).mkdir()
-        out = subprocess.run([*cmd, str(REPO), str(tmp_path / name)], cwd=REPO, env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
+    one_and_two_ranks(_RANKS_SCRIPT, tmp_path)
     two = [json.loads((tmp_path / "two" / f"passes{r}.json").read_text()) for r in range(2)]
     # rank 0: two 56-token sequences and two of 11 under a 60-token budget, 3 passes; rank 1: 4 x 11 tokens, 1 pass
     assert two[0]["packed"] == [1.0, 1.0, 1.0] and two[1]["packed"] == [1.0, 0.0, 0.0]
