@@ -75,6 +75,7 @@ class _HeadLogprob(torch.autograd.Function):
             # H = -sum p log p = log_sum - sum(e z) / sum(e), and e z = e log e (xlogy: 0 where e = 0)
             entropy[s : s + chunk_size] = log_sum - torch.special.xlogy(z, z, out=z).sum(dim=1) / sum_e
             lse[s : s + chunk_size] = top + log_sum
+            del z  # before the next chunk's product: two buffers would be alive at once
         ctx.save_for_backward(hidden, weight, tokens, lse)
         ctx.temperature, ctx.chunk_size = temperature, chunk_size
         ctx.mark_non_differentiable(entropy)
@@ -96,6 +97,7 @@ class _HeadLogprob(torch.autograd.Function):
                 grad_h[s : s + C] = g.to(weight.dtype) @ weight  # (n, D)
             if need_w:
                 grad_w.addmm_(g.t(), hidden[s : s + C].to(grad_w.dtype))  # (V, D) += (V, n) @ (n, D), in place
+            del g  # as in forward: one buffer at a time
         return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
 
 
