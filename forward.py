@@ -65,8 +65,8 @@ class _HeadLogprob(torch.autograd.Function):
         lse = torch.empty(N, dtype=acc, device=hidden.device)  # (N,) logsumexp of z, for backward
         for s in range(0, N, chunk_size):
             z = _tempered_logits(hidden[s : s + chunk_size], weight, temperature)  # (n, V) fp32, the buffer
-            top = z.amax(dim=1)  # (n,) max 0 after the shift: exp cannot overflow, and an all-negative
-            z.sub_(top[:, None])  # row shifts by its own max (verl 7439: a max identity of 0 broke this)
+            top = z.amax(dim=1)  # (n,) max 0 after the shift: exp cannot overflow, and an all-negative row
+            z.sub_(top[:, None])  # shifts by its own max (verl-project/verl#7439: a max starting at 0 broke it)
             picked = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1)  # (n,) shifted z of the token
             z.exp_()  # (n, V) e = exp(shifted z)
             sum_e = z.sum(dim=1)  # (n,)
@@ -119,9 +119,9 @@ def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Ten
 
     Both are taken from softmax(h W^T / temperature): the distribution the sampler drew from
     (skipping the temperature makes the first mini-batch's ratio differ from 1: docs/PITFALLS.md,
-    failure 6; OpenRLHF PR 1319 computed the entropy before the temperature). The entropy is
-    -sum_v p_v log p_v over the whole vocabulary, not the sampled token's negative log-prob
-    (failure 9). Positions are processed chunk_size at a time, so at most one (chunk_size, V) fp32
+    failure 6; OpenRLHF/OpenRLHF#1319 fixed an entropy taken before the temperature). The
+    entropy is -sum_v p_v log p_v over the whole vocabulary, not the sampled token's negative
+    log-prob (failure 9). Positions are processed chunk_size at a time, so at most one (chunk_size, V) fp32
     buffer exists, in forward and in backward (failure 8; bench/bench_logprob_memory.py).
 
     Args:
@@ -157,8 +157,8 @@ def attach(model) -> None:
 
     Why a method of the model: under FSDP2 the output-head weight is gathered by the root module's
     pre-forward hook and released after the root's backward, so it must be used inside a forward of
-    the root (verl issue 7427: an lm_head read outside it, or sharded as an FSDP unit of its own,
-    fails in backward with "'FSDPParam' object has no attribute '_unsharded_param'").
+    the root (verl-project/verl#7427: an lm_head read outside it, or sharded as an FSDP unit of its
+    own, fails in backward with "'FSDPParam' object has no attribute '_unsharded_param'").
     torch.distributed.fsdp.register_fsdp_forward_method makes the method such a forward (and is a
     no-op on a model that is not sharded). A wrapper module made the FSDP root would do the same,
     but would also rename every parameter ("model." prefixes) for checkpoints, weight syncs and
@@ -191,8 +191,8 @@ def prepare(model, cfg, device: torch.device, world: int) -> None:
 
     Packed rows rely on transformers reading the sequence boundaries from position ids that restart
     at 0: flash_attention_2's variable-length kernel, or on sdpa and eager a block-diagonal mask
-    (transformers PR 39194), applied to a dense row x row score matrix: quadratic in the row, and
-    on CPU slower than the padded layout (bench/bench_packing.py). flash_attention_2 is switched on
+    (huggingface/transformers#39194), applied to a dense row x row score matrix: quadratic in
+    the row, and on CPU slower than the padded layout (bench/bench_packing.py). flash_attention_2 is switched on
     where it can run: on GPU with flash-attn installed and bf16 compute (FSDP2 mixed precision,
     which plumbing.wrap_fsdp applies with --bf16 under torchrun). Raises ValueError (as attach, or
     an attention that cannot keep packed sequences apart).
@@ -222,10 +222,10 @@ def _model_logprobs(self, inputs: MicroBatch, temperature: float, chunk_size: in
         hidden = shared_prompt_hidden(self.base_model, inputs, *shared)  # (N, D)
     else:
         # attention_mask None and use_cache False on a packed row: either would hide the sequence
-        # boundaries from transformers (a 2-D mask, even all ones: transformers PR 46634, AReaL issue
-        # 1442; a cache, which use_cache=None would create from the config: masking_utils
-        # _preprocess_mask_arguments detects packing only without both), and the sequences would
-        # attend to each other.
+        # boundaries from transformers (a 2-D mask, even all ones: huggingface/transformers#46634,
+        # inclusionAI/AReaL#1442; a cache, which use_cache=None would create from the config:
+        # masking_utils._preprocess_mask_arguments detects packing only without both), and the
+        # sequences would attend to each other.
         out = self.base_model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
                               position_ids=inputs.position_ids, use_cache=False)
         hidden = out.last_hidden_state.flatten(0, 1)[inputs.src]  # (rows * S, D) -> (N, D)
@@ -363,7 +363,15 @@ class MicroBatch:
     sequence, no attention mask. Either way the N real response tokens are listed response by
     response (src, tokens, resp_row, resp_col), and every per-token output comes back to (b, T)
     through `unpack`, the same map for log-probs and entropies (verl's dynamic batch size once
-    reordered the log-probs but not the entropies: JustRL issue 5).
+    reordered the log-probs but not the entropies: thunlp/JustRL#5).
+
+    Why padded (with the shared prompt pass) is the default, measured on CPU (bench/bench_packing.py,
+    tiny model): the shared pass takes 0.70x the plain padded time per update on the default batch
+    and 0.87x on long-tailed responses, the packed row 3.55x and 3.14x, although it feeds the model
+    no padding: sdpa keeps packed sequences apart with a mask over the whole row, scoring L^2
+    query-key pairs for a row of L tokens. A packed row cannot share a prompt (each response would
+    need a tree-shaped mask, and a cache turns transformers' packing detection off). Packing is for
+    flash-attn on GPU, whose variable-length kernel scores each sequence alone (not measured here).
     """
 
     input_ids: torch.Tensor  # (rows, S) long: (b, P+T) padded, (1, sum of lengths) packed

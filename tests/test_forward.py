@@ -65,15 +65,17 @@ def _check_head(N, D, V, temperature, chunk, seed, *, scale=1.0, logits=None, at
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0, 1.3])
 def test_head_matches_naive_log_softmax(temperature):
-    # 15 positions in chunks of 4 (three full, one ragged), a vocabulary of 37 (no multiple of anything)
+    # 15 positions in chunks of 4 (three full, one ragged), a vocabulary of 37, a multiple of no block
+    # size (verl-project/verl#2899: a kernel that assumed a vocabulary divisible by 256)
     _check_head(15, 8, 37, temperature, 4, seed=0, scale=2.0)
     _check_head(15, 8, 37, temperature, 1024, seed=1, scale=2.0)  # one chunk holds everything
 
 
 @pytest.mark.parametrize("temperature", [0.6, 1.0, 1.3])
 def test_head_all_negative_and_large_logits(temperature):
-    """Logits all below zero (a max-reduction started at 0 instead of -inf breaks this: verl issue
-    7439) and logits at +-50 (exp overflows without the shift); fp32 spacing at 50 / 0.6 is 1e-5."""
+    """Logits all below zero (a max-reduction started at 0 instead of -inf breaks this:
+    verl-project/verl#7439) and logits at +-50 (exp overflows without the shift); fp32 spacing
+    at 50 / 0.6 is 1e-5."""
     g = torch.Generator().manual_seed(2)
     negative = -(1 + 49 * torch.rand(6, 11, generator=g))  # (6, 11) in [-50, -1]
     large = 50 * (2 * torch.rand(6, 11, generator=g) - 1)  # (6, 11) in [-50, 50]
@@ -97,8 +99,9 @@ def test_head_entropy_is_not_the_sampled_nll_hand_case():
 
 def test_head_gradcheck_float64_nonuniform_upstream_and_masked_positions():
     """torch.autograd.gradcheck of sum(w * logp) with respect to the hidden states and the weight,
-    w non-uniform and 0 at masked positions (Liger-Kernel issue 968: a fused head that assumed a
-    uniform upstream gradient returned a wrong weight gradient, fixed in its PR 1298)."""
+    w non-uniform and 0 at masked positions (linkedin/Liger-Kernel#968: a fused head that
+    assumed a uniform upstream gradient returned a wrong weight gradient, fixed by
+    linkedin/Liger-Kernel#1298)."""
     g = torch.Generator().manual_seed(5)
     h = torch.randn(7, 4, generator=g, dtype=torch.float64).requires_grad_(True)
     w = torch.randn(9, 4, generator=g, dtype=torch.float64).requires_grad_(True)
@@ -170,7 +173,8 @@ def test_layouts_equal_separate_unpadded_forwards(tiny, layout):
     idx = list(range(9))
     cfg = _cfg(temperature=0.8, **layout)
     inputs = forward.micro_batch(batch, idx, tok.pad_token_id, CPU, cfg)
-    assert (inputs.attention_mask is None) == cfg.pack_micro_batches and inputs.input_ids.shape[0] == (1 if cfg.pack_micro_batches else 9)
+    assert (inputs.attention_mask is None) == cfg.pack_micro_batches
+    assert inputs.input_ids.shape[0] == (1 if cfg.pack_micro_batches else 9)
     with torch.no_grad():
         logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T) each
     assert _gap(logp, ent, _separate(model, batch, idx, 0.8)) < 1e-5
@@ -181,8 +185,9 @@ def test_packing_traps_break_the_equality(tiny, monkeypatch):
     """The same packed pass with an all-ones 2-D attention mask, or with the KV cache left to the
     config's default (use_cache True: transformers then builds a DynamicCache), lets the sequences
     attend to each other: transformers reads packing from the position ids only without both
-    (masking_utils._preprocess_mask_arguments; transformers PR 46634, AReaL issue 1442). If either
-    stops breaking it, transformers changed and forward.py's comment needs a look."""
+    (masking_utils._preprocess_mask_arguments; huggingface/transformers#46634,
+    inclusionAI/AReaL#1442). If either stops breaking it, transformers changed and forward.py's
+    comment needs a look."""
     model, tok = tiny
     model.eval()
     assert model.config.use_cache, "the cache trap needs a config whose default turns the cache on"
@@ -233,7 +238,7 @@ def test_packed_targets_never_cross_a_sequence_boundary(tiny):
 def test_unpack_map_after_shuffling(tiny):
     """Responses packed in a shuffled order come back, log-probs and entropies alike, at their own
     (response, position): verl's dynamic batch size once restored the order of one but not the
-    other (JustRL issue 5)."""
+    other (thunlp/JustRL#5)."""
     model, tok = tiny
     model.eval()
     batch = _random_batch(tok, n_groups=3, G=3, seed=10)
@@ -442,7 +447,7 @@ def test_two_ranks_equal_one_process_padded_and_packed(tmp_path, one_and_two_ran
     """The same update on 1 process and on 2 FSDP2 ranks (gloo) gives the same weights (1e-5), with
     the shared prompt pass and with packed token-budget micro-batches whose pass counts differ
     between the ranks (a zero-weight pass keeps them in step): the output head's gradient comes
-    through the root's registered method (verl issue 7427), tied to the embedding."""
+    through the root's registered method (verl-project/verl#7427), tied to the embedding."""
     from safetensors.torch import load_file
 
     one_and_two_ranks(_RANKS_SCRIPT, tmp_path)
