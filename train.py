@@ -126,16 +126,13 @@ class Config:
     grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
     mini_batch_size: int = F(64, "responses per optimizer step (paper 512 = 16 optimizer steps per rollout step)")
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
-    micro_batch_tokens: int = F(0, "if > 0, form micro-batches by a token budget instead of a count: real tokens "
-                                "(prompt + response) when packed, (longest prompt + longest response) x responses when padded")
-    logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine, which projects one chunk "
-                           "of hidden states onto the vocabulary at a time (memory: chunk x vocabulary x 4 bytes)")
-    pack_micro_batches: bool = F(False, "lay each micro-batch out as one row of unpadded sequences (position ids restart "
-                                 "per sequence) instead of padded rows; the prompt is then not shared. Off by default: slower "
-                                 "on CPU, where sdpa scores the whole row (bench/bench_packing.py); meant for flash-attn on GPU")
-    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse "
-                                   "its KV cache for the G responses (same math, about half the trainer's work on short "
-                                   "answers)")
+    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count: real tokens (prompt + "
+                                "response) packed, (longest prompt + longest response) x responses padded")
+    logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine (memory: chunk x vocabulary x 4 B)")
+    pack_micro_batches: bool = F(False, "one row of unpadded sequences per micro-batch instead of padded rows (no shared prompt "
+                                 "pass); slower on CPU, where sdpa scores the whole row (bench/bench_packing.py): for flash-attn")
+    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse its KV "
+                                   "cache for the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob; samples do not change)")
@@ -512,8 +509,7 @@ class OldLogprobs:
         self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
 
     def compute(self, model, rows: list[int], cfg: Config, dist: Dist, device, pad_id: int) -> None:
-        """A no-grad forward pass over this rank's `rows` (mini-batches 2 and later), in eval mode; a
-        collective under FSDP (every rank runs the same number of passes, forward.micro_batches_all_ranks)."""
+        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode; a collective under FSDP."""
         model.eval()
         with torch.no_grad():
             for micro, weight in forward.micro_batches_all_ranks(rows, self.batch, cfg, dist):
@@ -554,7 +550,6 @@ class OldLogprobs:
         w["min"], w["max"], w["kl"] = min(w["min"], st["weight_min"]), max(w["max"], st["weight_max"]), w["kl"] + st["behav_kl"] * n
 
     def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
-        """Keep each response's old log-probs; add the entropy over its real tokens (real: (b, T), 1 on them)."""
         self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
         for r, i in enumerate(micro):
             self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
