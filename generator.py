@@ -90,7 +90,7 @@ from dataclasses import dataclass
 import torch
 
 import cli
-import dapo
+import forward
 import plumbing
 import rollout
 from task import PromptStream
@@ -225,13 +225,10 @@ def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            ids = torch.tensor([probe_ids], device=next(model.parameters()).device)  # (1, L)
-            logits = model(input_ids=ids).logits[:, -probe_len - 1 : -1]  # (1, probe_len, V)
-            lp, _ = dapo.token_logprobs(logits, ids[:, -probe_len:], temperature=1.0)  # (1, probe_len)
+        lp = forward.sequence_logprobs(model, probe_ids[:-probe_len], probe_ids[-probe_len:])  # (probe_len,)
     finally:
         model.train(was_training)
-    return lp[0].double().cpu()
+    return lp.double().cpu()
 
 
 def make_source(cfg, task, model, engine, tokenizer, data, dist, start: int, resumed: dict | None, collect, group_cls):

@@ -1,4 +1,4 @@
-"""Plumbing a learner may skip on first reading: processes and collectives, model loading and FSDP2, forward passes.
+"""Plumbing a learner may skip on first reading: processes and collectives, model loading and FSDP2.
 
 Nothing here is DAPO. train.py and eval.py call these so that their own code reads as the
 algorithm; a single-GPU fork can delete the FSDP and collective parts (with one process every
@@ -8,10 +8,9 @@ collective below is a no-op). Sections, in order:
   evaluation split  problems across ranks; the repository commit
   model             policy and tokenizer loading, dropout off, FSDP2 wrapping, saving in HF format,
                     the optimizer and the generation engine of a config
-  forward passes    padding a micro-batch, log-probs with a shared pass over each group's prompt,
-                    splitting a rollout batch into mini-batches and micro-batches, the optimizer step
 
-The other plumbing: cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
+The other plumbing: forward.py (the trainer's forward passes, micro-batches, the optimizer step),
+cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
 logs, checkpoints, the run's bookkeeping), generator.py (generation beside the learner),
 vllm_engine.py (the vLLM engine).
 """
@@ -19,7 +18,6 @@ vllm_engine.py (the vLLM engine).
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import os
 import random
@@ -30,8 +28,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-import dapo
 
 REPO = Path(__file__).resolve().parent
 DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
@@ -416,167 +412,3 @@ def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, 
         engine.sync_probe = rollout.sync_probe(probe[0], probe[1], max_len)
         engine.sync_atol = cfg.vllm_sync_atol or engine.sync_atol
     return engine
-
-
-# --- plumbing: forward passes ---------------------------------------------------------------------------
-
-
-def pad_micro_batch(batch, idx: list[int], pad_id: int, device):
-    """Left-padded prompts + right-padded responses for the responses in idx.
-
-    batch: anything with prompt_ids, response_ids (lists of token-id lists) and mask_rows (B,)
-    (train.Batch). Returns input_ids (b, P+T), attention_mask (b, P+T), position_ids (b, P+T),
-    response ids (b, T) and the response loss mask (b, T) (0 on padding and on overlong-filtered rows).
-    """
-    P = max(len(batch.prompt_ids[i]) for i in idx)
-    T = max(len(batch.response_ids[i]) for i in idx)
-    ids = torch.full((len(idx), P + T), pad_id, dtype=torch.long)  # (b, P+T)
-    attn = torch.zeros((len(idx), P + T), dtype=torch.long)  # (b, P+T)
-    for r, i in enumerate(idx):
-        p, o = batch.prompt_ids[i], batch.response_ids[i]
-        ids[r, P - len(p) : P] = torch.tensor(p)
-        ids[r, P : P + len(o)] = torch.tensor(o)
-        attn[r, P - len(p) : P + len(o)] = 1
-    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (b, P+T): left padding must not shift positions
-    resp = ids[:, P:]  # (b, T)
-    mask = attn[:, P:].float() * batch.mask_rows[idx][:, None]  # (b, T)
-    return ids.to(device), attn.to(device), pos.to(device), resp.to(device), mask.to(device)
-
-
-def forward_logprobs(model, ids, attn, pos, resp, cfg):
-    """Log-probs and entropy of the response tokens under `model`: (b, T) each.
-
-    ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). cfg: temperature,
-    logprob_chunk, share_prompt_forward. With --share_prompt_forward (default) rows that share a
-    prompt (the G responses of a group) share one pass over it: see shared_prompt_logprobs. Same
-    values up to float rounding (tests/test_train.py); the plain pass is used when sharing is off,
-    when every row has its own prompt, under activation checkpointing (which turns the KV cache
-    off), and for models with sliding-window or chunked attention layers (whose caches may drop
-    old keys).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # transformers 5.24 names it is_activation_checkpointing (is_gradient_checkpointing warns)
-    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
-                                            if hasattr(type(model), "is_activation_checkpointing")
-                                            else getattr(model, "is_gradient_checkpointing", False))
-    if cfg.share_prompt_forward and T >= 2 and not checkpointing and full_attention_only(model):
-        # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
-        # maps each of the b rows to its prompt among the u unique ones
-        key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
-        uniq, row = torch.unique(key, dim=0, return_inverse=True)  # (u, 2P), (b,)
-        if len(uniq) < len(row):
-            first = torch.full((len(uniq),), len(row), dtype=torch.long, device=ids.device)
-            first = first.scatter_reduce(0, row, torch.arange(len(row), device=ids.device), "amin")  # (u,)
-            return shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg)
-    # Only the T positions that predict response tokens need logits (plus the last, dropped).
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
-    return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-
-
-def full_attention_only(model) -> bool:
-    """True unless the model's config declares sliding-window or chunked attention layers."""
-    c = model.config
-    kinds = getattr(c, "layer_types", None)
-    if kinds:
-        return all(k == "full_attention" for k in kinds)
-    return getattr(c, "sliding_window", None) is None and getattr(c, "attention_chunk_size", None) is None
-
-
-def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg):
-    """forward_logprobs with one pass over each distinct prompt instead of one per response.
-
-    In a group the G responses share their prompt, and under causal attention the prompt's keys
-    and values do not depend on what follows. So: run the u distinct prompts once (keeping their
-    KV cache and the last position's logits, which predict the first response token), copy each
-    prompt's cache to the rows of its responses, then run the responses against it. Autograd sums
-    each prompt's gradient over its responses, so the gradient is the plain pass's. With prompts
-    about as long as responses and G = 8, this removes about half of the forward and backward
-    work (bench/bench_trl.py); the same trick is known as shared-prefix or prefix-sharing training.
-
-    Args:
-        ids, attn, pos: (b, P+T) left-padded prompts + right-padded responses (pad_micro_batch).
-        resp: (b, T) long, T >= 2.
-        first: (u,) long, one row index per distinct prompt.
-        row: (b,) long, index into `first` of each row's prompt.
-
-    Returns:
-        logp, entropy: (b, T) float32 each, as forward_logprobs.
-
-    Raises:
-        RuntimeError: the model returned no KV cache (use --share_prompt_forward false).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
-                 logits_to_keep=1)  # logits (u, 1, V)
-    cache = head.get(cache_kw)
-    if cache is None or not hasattr(cache, "reorder_cache"):
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True; the "
-                           "shared prompt pass needs one: pass --share_prompt_forward false")
-    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
-    # The last response token predicts nothing we train on: feed T-1 tokens.
-    tail = model(input_ids=resp[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
-                 **{cache_kw: cache}).logits  # (b, T-1, V)
-    lp0, ent0 = dapo.token_logprobs(head.logits[row], resp[:, :1], temperature=cfg.temperature,
-                                    chunk_size=cfg.logprob_chunk)  # (b, 1) each
-    lp1, ent1 = dapo.token_logprobs(tail, resp[:, 1:], temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-    return torch.cat([lp0, lp1], 1), torch.cat([ent0, ent1], 1)
-
-
-def micro_batches(idx: list[int], batch, cfg) -> list[list[int]]:
-    """Split a mini-batch into micro-batches by count (cfg.micro_batch_size), or by a token
-    budget (cfg.micro_batch_tokens > 0, packed by length). Memory only: the math is unchanged."""
-    if cfg.micro_batch_tokens <= 0:
-        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
-    length = lambda i: len(batch.prompt_ids[i]) + len(batch.response_ids[i])  # noqa: E731
-    out, cur, cur_max = [], [], 0
-    for i in sorted(idx, key=length, reverse=True):
-        if cur and max(cur_max, length(i)) * (len(cur) + 1) > cfg.micro_batch_tokens:
-            out.append(cur)
-            cur, cur_max = [], 0
-        cur.append(i)
-        cur_max = max(cur_max, length(i))
-    return out + [cur] if cur else out
-
-
-def split_minibatches(batch, mini_batch_size: int, dist: Dist) -> list[list[int]]:
-    """This rank's response indices in each mini-batch of a rollout batch (train.Batch).
-
-    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks; its
-    groups are split contiguously across ranks (never a group across two ranks), so 1 process and
-    N processes take identical optimizer steps.
-    """
-    M, n = mini_batch_size, len(batch.response_ids)
-    out = []
-    for start in range(0, n, M):
-        groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, n))})
-        per_rank = len(groups) // dist.world
-        mine = set(groups[dist.rank * per_rank : (dist.rank + 1) * per_rank])
-        out.append([i for i in range(start, min(start + M, n)) if int(batch.group_index[i]) in mine])
-    return out
-
-
-def micro_batches_all_ranks(mb: list[int], batch, cfg, dist: Dist) -> list[tuple[list[int], float]]:
-    """(micro-batch, weight) pairs of a mini-batch: every rank runs the same number of forward
-    passes (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds zero-weight
-    passes over its first micro-batch."""
-    micros = micro_batches(mb, batch, cfg)
-    n_passes = int(all_reduce_max(len(micros), dist))
-    return [(micros[j], 1.0) if j < len(micros) else (micros[0], 0.0) for j in range(n_passes)]
-
-
-def clip_and_step(model, optimizer, grad_clip: float, stats: dict) -> float:
-    """Clip the gradient norm and take the optimizer step; a non-finite gradient never reaches the
-    weights (counted in stats["policy/nonfinite_grad_steps"]). Returns the pre-clip norm."""
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-    if torch.isfinite(norm):
-        optimizer.step()
-    else:
-        stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
-    optimizer.zero_grad(set_to_none=True)
-    return float(norm)
-

@@ -51,7 +51,7 @@ class Sample:
     token_ids: list[int]  # response tokens straight from the engine, EOS included if generated
     finish_reason: str  # "stop" (EOS generated) or "length" (budget exhausted, truncated)
     # log-prob of each token under softmax(logits / temperature) over the whole vocabulary: the
-    # distribution the trainer scores (dapo.token_logprobs), so not renormalised over the top-p
+    # distribution the trainer scores (forward.token_logprobs), so not renormalised over the top-p
     # nucleus; None when not asked for, for greedy decoding, or when the engine cannot give that
     logprobs: list[float] | None = None
 
@@ -271,7 +271,7 @@ class HFEngine(Engine):
         new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
         if with_logprobs:
             # gen.logits are the raw logits of each step, before temperature and top-p: the log-prob
-            # under softmax(logits / T), the trainer's distribution (dapo.token_logprobs). One step at a
+            # under softmax(logits / T), the trainer's distribution (forward.token_logprobs). One step at a
             # time, so no (N, t, V) tensor is built beside the logits themselves.
             tok = gen.sequences[:, P:]  # (N, t) on the model's device
             lp = torch.stack([torch.log_softmax(lg.float() / params.temperature, dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)

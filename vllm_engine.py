@@ -51,6 +51,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import forward
 import plumbing
 from rollout import Engine, Sample, SamplingParams, WeightSyncError, _GenerationConfigOf, _stop_ids
 
@@ -171,7 +172,7 @@ class VLLMEngine(Engine):
     (rollout.make_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
     cli.check_config refuses the objectives that need the sampler's log-probs where neither
     gives them. With "processed_logprobs", against the trainer's
-    dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
+    log-probs (forward.token_logprobs) at the same temperature in fp32, measured on the tiny model: median gap
     3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that
     vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
     which vLLM rejects, are sent with n=1 and the response repeated n times.
@@ -474,7 +475,7 @@ class VLLMEngine(Engine):
 
         Both sides score the same fixed sequence at temperature 1: the engine through
         prompt_logprobs (computed from raw logits whatever logprobs_mode says), the trainer through
-        `model`'s forward and dapo.token_logprobs. A sync that was skipped, partial or applied to
+        forward.sequence_logprobs, the trainer's own pass. A sync that was skipped, partial or applied to
         the wrong names shows up here; generated samples alone would not reveal it.
 
         Args:
@@ -486,7 +487,6 @@ class VLLMEngine(Engine):
         Raises:
             ValueError: an empty probe, or one longer than max_model_len - 1.
         """
-        import dapo
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
@@ -501,16 +501,13 @@ class VLLMEngine(Engine):
         P = len(prompt_ids)
         engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
 
-        device = next(model.parameters()).device
         was_training = model.training
         model.eval()
         try:
-            ids = torch.tensor([seq], device=device)  # (1, P+T)
-            logits = model(input_ids=ids).logits[:, P - 1 : -1]  # (1, T, V): position t predicts token t+1
-            trainer_lp, _ = dapo.token_logprobs(logits, ids[:, P:], temperature=1.0)  # (1, T)
+            trainer_lp = forward.sequence_logprobs(model, seq[:P], seq[P:])  # (T,)
         finally:
             model.train(was_training)
-        return float((engine_lp - trainer_lp[0].float().cpu()).abs().max())
+        return float((engine_lp - trainer_lp.cpu()).abs().max())
 
     def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
         """`sync_gap`, raising WeightSyncError above atol (default `sync_atol`); returns the gap."""

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 import dapo
+import forward
 import plumbing
 import rollout
 import vllm_engine
@@ -140,13 +141,14 @@ def _record(model) -> dict:
 
 
 def _trainer_logprobs(model, prompt_ids, samples, temperature: float, pad_id: int) -> list[torch.Tensor]:
-    """plumbing.forward_logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
+    """forward.logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
     flat = [(p, s) for p, group in zip(prompt_ids, samples) for s in group]
     batch = train.Batch([p for p, _ in flat], [s.token_ids for _, s in flat], torch.zeros(len(flat)), torch.ones(len(flat)),
                         torch.zeros(len(flat), dtype=torch.long), [s.logprobs for _, s in flat])
-    ids, attn, pos, resp, _ = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id, CPU)
+    cfg = train.Config(temperature=temperature)
+    inputs = forward.micro_batch(batch, list(range(len(flat))), pad_id, CPU, cfg)
     with torch.no_grad():
-        lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(temperature=temperature))
+        lp, _ = forward.logprobs(model, inputs, cfg)
     return [lp[i, : len(s.token_ids)] for i, (_, s) in enumerate(flat)]
 
 
@@ -392,27 +394,14 @@ plumbing.close_distributed(dist)  # a barrier first: a rank that tears down gloo
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="torchrun with gloo needs a POSIX system")
-def test_skip_decision_is_global_across_ranks(tmp_path):
+def test_skip_decision_is_global_across_ranks(tmp_path, one_and_two_ranks):
     """Under torchrun (2 ranks, FSDP2): rank 1 has no loss token in mini-batch 0 but rank 0 has, so
     it is trained on both; mini-batch 1 has none anywhere and is skipped on both, without a hang;
     the weights equal the 1-process run's."""
-    import os
-    import subprocess
-    import sys
-
     from safetensors.torch import load_file
 
-    repo = Path(__file__).resolve().parents[1]
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)]}
-    for name, cmd in runs.items():
-        out = subprocess.run([*cmd, str(repo), str(tmp_path / name)], cwd=repo, env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        line = [l for l in out.stdout.splitlines() if l.startswith("STATS ")]
+    for stdout in one_and_two_ranks(_RANKS_SCRIPT, tmp_path).values():
+        line = [l for l in stdout.splitlines() if l.startswith("STATS ")]
         assert json.loads(line[0][6:]) == {"policy/optimizer_steps": 1, "policy/skipped_minibatches": 1}
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     base, _ = plumbing.load_policy("", CPU)

@@ -108,5 +108,5 @@ def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     n_tokens = sum(len(r) for r in responses)
     assert moves["token-mean"].abs().max() > 0
     expected = moves["token-mean"] * n_tokens
-    # float64 weights; dapo.token_logprobs rounds to fp32, so elements that nearly cancel carry ~1e-7 of the scale
+    # float64 weights and log-probs; elements that nearly cancel carry rounding of the scale
     assert (moves["token-sum"] - expected).abs().max() <= 1e-5 * expected.abs().max()

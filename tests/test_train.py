@@ -1,7 +1,8 @@
 """The loop: end-to-end runs of train.py on the tiny default, and loop-level invariants.
 
 Kinds: an end-to-end run of the real entry point; slow-reference versus fast
-equivalence (one micro-batch against many, count against token-budget micro-batching); the
+equivalence (one micro-batch against many, count against token-budget micro-batching, padded
+against packed); the
 dynamic-sampling round budget with an engine that never yields contrast.
 """
 
@@ -89,15 +90,18 @@ def _random_batch(tok, n_groups: int, G: int, seed: int) -> train.Batch:
 
 @pytest.mark.parametrize("loss_agg", ["token-mean", "group-token-mean", "seq-mean-token-mean"])
 def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
-    """One optimizer step with 1 micro-batch, with 5-response micro-batches and with a token budget
-    gives the same weights: the denominators are those of the whole mini-batch. In float64 (a
-    mathematical equality): the bound is far below what a per-micro-batch denominator moves."""
+    """One optimizer step with 1 micro-batch, with 5-response micro-batches and with a token budget,
+    padded with and without the shared prompt pass or packed, gives the same weights: the
+    denominators are those of the whole mini-batch. In float64 (a mathematical equality): the bound
+    is far below what a per-micro-batch denominator moves."""
     model0, tok = tiny
     model0 = copy.deepcopy(model0).double()
     batch = _random_batch(tok, n_groups=4, G=4, seed=0)
     base = train.Config(group_size=4, prompts_per_step=4, mini_batch_size=16, loss_agg=loss_agg, lr=1e-2)
     results = []
-    for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60)):
+    for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60),
+                 dict(micro_batch_size=5, share_prompt_forward=False), dict(pack_micro_batches=True),
+                 dict(micro_batch_size=5, pack_micro_batches=True), dict(micro_batch_tokens=60, pack_micro_batches=True)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
         train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(), torch.device("cpu"),
@@ -325,51 +329,6 @@ def test_help_documents_every_flag(capsys):
         assert f"--{f.name}" in out
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prompt_forward_equals_plain_forward(tiny, temperature):
-    """One pass per distinct prompt (--share_prompt_forward) gives the plain pass's log-probs,
-    entropies and parameter gradient, with uneven prompt/response lengths, a group split across
-    the micro-batch boundary and a prompt seen by one row only.
-
-    A mathematical equality, so the model runs in float64: the two passes then differ by ~1e-15 in
-    the logits, and what remains is dapo.token_logprobs' fp32 rounding of the same values (the
-    bounds below). In float32 the two float orders differ by up to ~2e-5, more on some CPUs than
-    on others."""
-    model, tok = tiny
-    model = copy.deepcopy(model).double()
-    batch = _random_batch(tok, n_groups=4, G=4, seed=3)
-    idx = list(range(2, 16)) + [0]  # group 0 is split: rows 2, 3 and 0; rows 4..15 are whole groups
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, idx, tok.pad_token_id, torch.device("cpu"))
-    out = {}
-    for share in (False, True):
-        cfg = train.Config(temperature=temperature, share_prompt_forward=share)
-        model.zero_grad()
-        logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T) each
-        (logp * mask).sum().backward()
-        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
-        out[share] = (logp.detach() * mask, ent * mask, grad)
-    model.zero_grad()
-    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
-    assert lp0.abs().max() > 0.1 and g0.abs().max() > 0.1  # something was computed
-    assert (lp0 - lp1).abs().max() < 1e-6, (lp0 - lp1).abs().max()
-    assert (e0 - e1).abs().max() < 1e-6, (e0 - e1).abs().max()
-    assert ((g0 - g1).abs().max() / g0.abs().max()) < 1e-6, (g0 - g1).abs().max()
-
-
-def test_shared_prompt_forward_skipped_under_activation_checkpointing(tiny):
-    """Gradient checkpointing turns the KV cache off in training mode: the plain pass is used."""
-    model0, tok = tiny
-    model = copy.deepcopy(model0)
-    plumbing.set_activation_checkpointing(model, True)
-    model.train()
-    batch = _random_batch(tok, n_groups=2, G=4, seed=4)
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
-    lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-    plumbing.set_activation_checkpointing(model, False)
-    ref, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
-    assert ((lp - ref).abs() * mask).max() < 1e-5
-
-
 def test_load_policy_turns_dropout_off(tmp_path):
     """A model saved with dropout loads with none: two training-mode passes agree exactly, which the
     first mini-batch's old log-probs (its own detached forward pass) rely on."""
@@ -458,22 +417,3 @@ def test_tensorboard_event_file_holds_the_metrics(tmp_path):
     assert [s for s, _ in got] == [0, 1]
     for (step, value), m in zip(got, metrics):
         assert math.isclose(value, m["train/reward_mean"], rel_tol=1e-6, abs_tol=1e-7)
-
-
-def test_sliding_window_models_take_the_plain_pass(tiny):
-    """A sliding-window cache may drop prompt keys, so such models never share the prompt pass:
-    the log-probs equal the plain pass's exactly."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    model0, tok = tiny
-    conf = Qwen2Config(**{**model0.config.to_dict(), "use_sliding_window": True, "sliding_window": 4,
-                          "max_window_layers": 0, "layer_types": ["sliding_attention"] * 3})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(conf).eval()
-    assert not plumbing.full_attention_only(model) and plumbing.full_attention_only(model0)
-    batch = _random_batch(tok, n_groups=2, G=4, seed=5)
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
-    with torch.no_grad():
-        a, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-        b, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
-    assert torch.equal(a * mask, b * mask)

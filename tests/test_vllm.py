@@ -2,8 +2,8 @@
 
 Skipped as a whole when `import vllm` fails (the main environment does not install vLLM; the
 README says how to make the vLLM one). What is checked, each against the trainer itself:
-  1. the sampler's log-probs (Sample.logprobs) equal the trainer's forward + dapo.token_logprobs
-     at the training temperature, through plumbing.forward_logprobs with left padding (99% of tokens
+  1. the sampler's log-probs (Sample.logprobs) equal the trainer's forward + forward.token_logprobs
+     at the training temperature, through forward.logprobs with left padding (99% of tokens
      within 1e-5, all within 1e-4: see assert_logprobs_match);
   2. after the trainer's weights change, sync_weights makes the engine follow them (module or
      state dict; in-process iterator or RAM-disk path), and a skipped sync is caught by check_sync;
@@ -34,6 +34,7 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import forward  # noqa: E402
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
@@ -79,17 +80,17 @@ def prompts(policy):
 
 
 def trainer_logprobs(model, prompts_, samples, temperature):
-    """The trainer's log-probs of each sample's tokens: plumbing.pad_micro_batch + plumbing.forward_logprobs."""
+    """The trainer's log-probs of each sample's tokens: forward.micro_batch + forward.logprobs."""
     flat = [(p, s) for p, group in zip(prompts_, samples) for s in group]
     batch = train.Batch(
         prompt_ids=[p for p, _ in flat], response_ids=[s.token_ids for _, s in flat],
         advantages=torch.zeros(len(flat)), mask_rows=torch.ones(len(flat)),
         group_index=torch.zeros(len(flat), dtype=torch.long), sampler_logp=[s.logprobs for _, s in flat],
     )
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id=0, device="cpu")
     cfg = train.Config(temperature=temperature)  # the trainer's defaults (shared prompt pass included)
+    inputs = forward.micro_batch(batch, list(range(len(flat))), 0, "cpu", cfg)
     with torch.no_grad():
-        logp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (B, T)
+        logp, _ = forward.logprobs(model, inputs, cfg)  # (B, T)
     return [logp[i, : len(s.token_ids)].tolist() for i, (_, s) in enumerate(flat)]
 
 
