@@ -1,9 +1,9 @@
-"""Loading a Hugging Face checkpoint: its checks, and under torchrun straight into FSDP2 shards, no rank holding it whole.
+"""Hugging Face checkpoints in and out: checks, loading straight into FSDP2 shards, gathering for saving.
 
-Plumbing a learner may skip (plumbing.load_model is the entry point). With one process the model
-comes from transformers' `from_pretrained`, as it always did; this file only checks the directory
-and the checkpoint's tensors around it. Under torchrun a 32B model in float32 (131 GB) cannot be
-built whole on every rank before FSDP2 shards it, so every rank instead
+Plumbing a learner may skip (plumbing.load_model and plumbing.save_hf are the entry points). With
+one process the model comes from transformers' `from_pretrained`, as it always did; this file
+checks the directory and the checkpoint's tensors around it. Under torchrun a 32B model in
+float32 (131 GB) cannot be built whole on every rank before FSDP2 shards it, so every rank instead
 
   1. builds the model from its config.json on the meta device (shapes, no memory), float32
      whatever dtype the file stores: the master weights are fp32;
@@ -17,7 +17,8 @@ built whole on every rank before FSDP2 shards it, so every rank instead
   5. reads only its slices of the safetensors files (torch.distributed.checkpoint with its
      HuggingFaceStorageReader: each rank opens the files and copies the rows of its shards,
      bf16 in the file becoming fp32 in the shard);
-  6. keeps the input and output embeddings one tensor when the config ties them.
+  6. checks that tied input and output embeddings are still one tensor (an untied copy would
+     train apart, verl PR 7835).
 
 This is the pattern of torchtitan (torchtitan/trainer.py, initial_load_in_hf) and prime-rl
 (src/prime_rl/trainer/model.py, load_dcp_from_hf). The traps each step guards against, every one
@@ -27,6 +28,7 @@ weights (SkyRL PR 1725); tied embeddings silently untied, the embedding then get
 its gradient (verl PR 7835), or sharded unevenly in two FSDP groups (pytorch issue 176076: keep
 them in the root group); a checkpoint whose tensors do not match the model, which
 `from_pretrained` only warns about and fills with random values (accelerate issue 3870).
+Saving final/ goes the other way: the shards are gathered to rank 0 alone (gather_on_rank0).
 """
 
 from __future__ import annotations
@@ -71,6 +73,23 @@ def model_config(path: str, *, trust_remote_code: bool = False):
         raise ValueError(f"--model {path}: config.json names model_type {kind!r}, which transformers "
                          f"{transformers.__version__} does not know ({type(e).__name__}); install a transformers that "
                          "does, or pass --trust_remote_code true if the directory ships its own model code") from None
+
+
+def meta_model(path: str, *, trust_remote_code: bool = False):
+    """The causal LM of a directory's config.json on the meta device (shapes only, no memory), float32.
+
+    Raises FileNotFoundError / ValueError as model_config, or ValueError for a config of a model
+    that is not a causal LM.
+    """
+    from transformers import AutoModelForCausalLM
+
+    config = model_config(path, trust_remote_code=trust_remote_code)
+    with torch.device("meta"):
+        try:
+            return AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=trust_remote_code)
+        except ValueError as e:  # a known architecture that is not a causal LM (e.g. an encoder)
+            raise ValueError(f"--model {path}: {type(config).__name__} has no causal-LM class in transformers ({e}); "
+                             "pass a causal language model") from None
 
 
 def weight_files(d: Path) -> list[Path]:
@@ -143,6 +162,26 @@ def tie_error(path: str, alias: str, name: str) -> ValueError:
                       "matrices, or remove the one not wanted")
 
 
+# --- one process: transformers' from_pretrained ------------------------------------------------------
+
+
+def load_whole(path: str, device: torch.device, *, trust_remote_code: bool = False):
+    """The causal LM of an HF directory in float32 on `device`, by `from_pretrained`, with this file's checks.
+
+    Raises FileNotFoundError / ValueError as model_config and check_tensors, or for tied
+    embeddings stored twice with different values (which from_pretrained unties with a warning).
+    """
+    from transformers import AutoModelForCausalLM
+
+    check_tensors(meta_model(path, trust_remote_code=trust_remote_code), path, checkpoint_tensors(path))
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
+                                                 trust_remote_code=trust_remote_code).to(device)
+    out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
+    if getattr(model.config, "tie_word_embeddings", False) and out_emb is not None and out_emb.weight is not in_emb.weight:
+        raise tie_error(path, "lm_head.weight", "model.embed_tokens.weight")
+    return model
+
+
 # --- under torchrun: straight into FSDP2 shards -------------------------------------------------------
 
 
@@ -159,21 +198,18 @@ def load_sharded(path: str, device: torch.device, shard, *, trust_remote_code: b
     """
     import torch.distributed as tdist
     import torch.distributed.checkpoint as dcp
-    from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers import GenerationConfig
 
-    config = model_config(path, trust_remote_code=trust_remote_code)
-    with torch.device("meta"):
-        try:
-            model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, trust_remote_code=trust_remote_code)
-        except ValueError as e:  # a known architecture that is not a causal LM (e.g. an encoder)
-            raise ValueError(f"--model {path}: {type(config).__name__} has no causal-LM class in transformers ({e}); "
-                             "pass a causal language model") from None
+    model = meta_model(path, trust_remote_code=trust_remote_code)
     found = checkpoint_tensors(path)
     check_tensors(model, path, found)  # before any memory is spent
     shard(model)
-    model.to_empty(device="cpu" if offload else device)
-    rebuild_buffers(model, device)
     tied = tied_names(model)
+    model.to_empty(device="cpu" if offload else device)
+    if tied_names(model) != tied:  # FSDP2 in torch 2.13 keeps a shared parameter shared through to_empty
+        raise RuntimeError(f"to_empty untied {sorted(tied)} of {type(model).__name__}: this torch's FSDP2 does not keep "
+                           "tied parameters tied; the output head would train apart from the embedding")
+    rebuild_buffers(model, device)
     state = {k: v for k, v in model.state_dict().items() if k not in tied}  # views of this rank's shards
     compare = {}
     for alias, name in tied.items():

@@ -261,10 +261,10 @@ def load_model(path: str, device: torch.device, *, trust_remote_code: bool = Fal
     """The causal LM of an HF directory ('' = the tiny base policy) in float32, dropout off (disable_dropout),
     wrapped by wrap_fsdp; safetensors only, no remote code unless asked.
 
-    One process (world 1): transformers' from_pretrained onto `device`, as it always was. Under
-    torchrun (world > 1, a collective): FSDP2 shards from the start, each rank reading only its
-    slices of the files (loading.load_sharded: no rank ever holds the whole model). Both check
-    that the checkpoint's tensors are exactly the model's (loading.check_tensors).
+    One process (world 1): transformers' from_pretrained onto `device`, as it always was
+    (loading.load_whole). Under torchrun (world > 1, a collective): FSDP2 shards from the start,
+    each rank reading only its slices of the files (loading.load_sharded: no rank ever holds the
+    whole model). Both check that the checkpoint's tensors are exactly the model's.
 
     fsdp: the FSDP2 settings wrap_fsdp reads (a train.Config); None = FSDPSettings().
 
@@ -273,23 +273,13 @@ def load_model(path: str, device: torch.device, *, trust_remote_code: bool = Fal
         ValueError: an architecture transformers does not know; a missing, unexpected or
             misshapen tensor; tied embeddings stored with different values.
     """
-    from transformers import AutoModelForCausalLM
-
     path = path or str(DEFAULT_MODEL)
     fsdp, dist = fsdp or FSDPSettings(), Dist(torch.distributed.get_rank() if world > 1 else 0, world)
     if world > 1:
         model = loading.load_sharded(path, device, lambda m: wrap_fsdp(m, fsdp, device, dist),
                                      trust_remote_code=trust_remote_code, offload=fsdp.cpu_offload)
     else:
-        loading.model_config(path, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
-                                                     trust_remote_code=trust_remote_code).to(device)
-        loading.check_tensors(model, path, loading.checkpoint_tensors(path))
-        out_emb, in_emb = model.get_output_embeddings(), model.get_input_embeddings()
-        if getattr(model.config, "tie_word_embeddings", False) and out_emb is not None and out_emb.weight is not in_emb.weight:
-            # from_pretrained unties embeddings the file stores twice with different values, with a warning only
-            raise loading.tie_error(path, "lm_head.weight", "model.embed_tokens.weight")
-        model = wrap_fsdp(model, fsdp, device, dist)
+        model = wrap_fsdp(loading.load_whole(path, device, trust_remote_code=trust_remote_code), fsdp, device, dist)
     disable_dropout(model)
     return model
 
