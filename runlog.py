@@ -67,7 +67,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     if dist.main:
         np_state = np.random.get_state()
-        trainer = {**state, "step": step, "config": config, "scheduler": scheduler.state_dict(),
+        trainer = {**state, "step": step, "config": config, "world_size": dist.world, "scheduler": scheduler.state_dict(),
                    "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
                            "torch": torch.get_rng_state().tolist()}}
         (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
@@ -97,20 +97,32 @@ def find_checkpoint(run_dir: Path, resume: str) -> Path:
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defaults: dict, free: set,
-                    allow_change: bool) -> dict:
+                    allow_change: bool, world: int = 1) -> dict:
     """Restore model, optimizer, scheduler and RNG states; return the trainer state.
 
     config: this run's config as a dict; defaults: the config class's defaults (a field added
     after the checkpoint was written counts as its default); free: fields that may differ.
+    world: this run's number of processes. The shards of the checkpoint are resharded to it
+    (torch.distributed.checkpoint reads any layout), and a run on another number of processes
+    continues exactly when it generates the same prompt shards (gen_shards_of).
 
     Raises:
-        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change.
+        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change,
+            or this number of processes would cut generation rounds into other shards.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     trainer = json.loads((path / "trainer_state.json").read_text())
     saved = {**defaults, **trainer["config"]}
+    saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
+    shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
+    if shards != saved_shards:
+        raise ValueError(f"checkpoint {path} was written by {saved_world} processes cutting each generation round into "
+                         f"{saved_shards} prompt shards; this run ({world} processes) would cut {shards}, and the rollouts would "
+                         f"differ from the saved run's. Pass --gen_shards {saved_shards} (any number of processes then "
+                         f"continues exactly), or resume with {saved_world} processes")
+    free = free | {"gen_shards"}  # 0 and its explicit value are the same shards (checked above)
     diff = {k: (saved.get(k), v) for k, v in config.items() if k not in free and saved.get(k) != v}
     if diff and not allow_change:
         raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
@@ -127,6 +139,11 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
     np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], dtype=np.uint32), *rng["numpy"][2:]))
     torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
     return trainer
+
+
+def gen_shards_of(config: dict, world: int) -> int:
+    """Prompt shards per generation round (train.collect_groups): --gen_shards, or 0 = one per engine group."""
+    return config["gen_shards"] or world // config["vllm_tp"]
 
 
 def _jsonable(x):
@@ -492,7 +509,7 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
     if cfg.resume:
         ckpt = find_checkpoint(run_dir, cfg.resume)
         resumed = load_checkpoint(ckpt, model, optimizer, scheduler, dataclasses.asdict(cfg), dataclasses.asdict(defaults),
-                                  free_fields, cfg.resume_allow_config_change)
+                                  free_fields, cfg.resume_allow_config_change, dist.world)
         start_step, run_id = resumed["step"], resumed["run_id"]
         rollout.sync_engine(engine, model, start_step, dist.world)
         if dist.main:
