@@ -37,7 +37,7 @@ import rollout
 import verifier
 from rollout import SamplingParams
 from cli import RunStopped
-from plumbing import Dist, all_reduce_max, barrier, close_distributed, save_hf
+from plumbing import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed, save_hf
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -162,11 +162,31 @@ def clean(stats: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in stats.items()}
 
 
-def peak_memory_gb(device) -> float:
-    """Peak process RSS (CPU) or max allocated accelerator memory (GPU), GiB."""
+def memory_gib(device) -> dict:
+    """This process's memory high-water marks in GiB: "host" (peak RSS since the process started)
+    and, on GPU, "gpu" and "gpu_reserved" (the most memory torch's allocator had allocated, and
+    reserved from the driver, since the last torch.cuda.reset_peak_memory_stats)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    out = {"host": rss / (2**30 if sys.platform == "darwin" else 2**20)}  # bytes on macOS, KiB on Linux
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+        out |= {"gpu": torch.cuda.max_memory_allocated(device) / 2**30,
+                "gpu_reserved": torch.cuda.max_memory_reserved(device) / 2**30}
+    return out
+
+
+def memory_metrics(after_load: dict, device, dist: Dist) -> tuple[dict, list[dict]]:
+    """memory/* metrics, each the largest over ranks, and each rank's figures (a collective).
+
+    after_load: this rank's memory_gib at the end of loading (Run records it, then resets the GPU
+    peak, so the gpu figures of a step are the peak since loading).
+    """
+    now = memory_gib(device)
+    mine = {"rank": dist.rank, **{f"{k}_load_gib": round(v, 4) for k, v in after_load.items()},
+            **{f"{k}_peak_gib": round(v, 4) for k, v in now.items()}}
+    ranks = all_gather_objects(mine, dist)
+    out = {f"memory/{k}": max(r[k] for r in ranks) for k in mine if k != "rank"}
+    out["memory/peak_gb"] = out["memory/gpu_peak_gib" if device.type == "cuda" else "memory/host_peak_gib"]
+    return out, ranks
 
 
 def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
@@ -378,6 +398,9 @@ class Run:
         self.state = state
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
+        self.after_load = memory_gib(device)  # model, optimizer, engine and a resumed checkpoint are in memory
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)  # from here on the GPU peak is the run's
 
     def steps(self):
         """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
@@ -412,8 +435,8 @@ class Run:
         stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
                       "envelope/active_samples": len(kept) * cfg.group_size,
                       "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
-                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": self.max_prompt_len,
-                      "memory/peak_gb": peak_memory_gb(self.device)})
+                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": self.max_prompt_len})
+        stats.update(memory_metrics(self.after_load, self.device, self.dist)[0])
         records = []
         if self.dist.main:  # records of every group that left the pipeline this step: trained, thrown away, or expired
             in_buffer = {id(g) for g in buffer}
@@ -480,6 +503,8 @@ class Run:
         save_hf(model, tokenizer, run_dir / "final", self.dist, {
             "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
             "template_hash": self.prov["template_hash"]})
+        memory, summary["memory_per_rank"] = memory_metrics(self.after_load, self.device, self.dist)  # final/ included
+        summary |= memory
         if self.dist.main:
             (run_dir / "summary.json").write_text(json.dumps(clean(summary), indent=2) + "\n")
             if before and after:
