@@ -34,6 +34,7 @@ Saving final/ goes the other way: the shards are gathered to rank 0 alone (gathe
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import torch
@@ -135,8 +136,6 @@ def check_tensors(model, path: str, found: dict[str, tuple[str, tuple[int, ...]]
     Raises:
         ValueError: the first missing, unexpected or misshapen tensor, named with its file.
     """
-    import re
-
     arch = type(model).__name__.removeprefix("FSDP")
     tied = tied_names(model)
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items() if k not in tied}
@@ -201,6 +200,10 @@ def load_sharded(path: str, device: torch.device, shard, *, trust_remote_code: b
     from transformers import GenerationConfig
 
     model = meta_model(path, trust_remote_code=trust_remote_code)
+    stray = sorted(set(Path(path).glob("*.safetensors")) - set(weight_files(Path(path))))
+    if stray:  # HuggingFaceStorageReader reads every .safetensors file of the directory, listed or not
+        raise ValueError(f"--model {path}: {stray[0].name} is not in {WEIGHTS_INDEX}, and the sharded loader would read it "
+                         "too; move it out of the directory")
     found = checkpoint_tensors(path)
     check_tensors(model, path, found)  # before any memory is spent
     shard(model)

@@ -75,13 +75,19 @@ def longest_prompt(flags: list[str]) -> int:
     return max(map(len, data.prompt_ids))
 
 
-def run_job(model: Path, world: int, run_dir: Path, flags: list[str]) -> list[dict]:
-    """train.py on `world` ranks (plain python for 1); each rank's memory figures from its summary.json."""
+def run_job(model: Path, world: int, run_dir: Path, flags: list[str], live: bool = False) -> list[dict]:
+    """train.py on `world` ranks (plain python for 1); each rank's memory figures from its summary.json.
+
+    live: run with MALLOC_MMAP_THRESHOLD_=65536, so glibc returns every freed tensor of 64 KiB or more
+    to the kernel at once and the RSS follows the live tensors (by default glibc keeps freed blocks
+    under 32 MiB for reuse, and the peak RSS includes whatever it kept).
+    """
     shutil.rmtree(run_dir, ignore_errors=True)
     launch = [sys.executable] if world == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
                                                   f"--nproc_per_node={world}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"MALLOC_MMAP_THRESHOLD_": "65536"} if live else {})}
     out = subprocess.run([*launch, "train.py", "--model", str(model), "--run_dir", str(run_dir), *flags], cwd=REPO,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=3600)
+                         env=env, capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"train.py on {world} ranks failed:\n{out.stderr[-3000:]}")
     return json.loads((run_dir / "summary.json").read_text())["memory_per_rank"]
@@ -101,13 +107,18 @@ def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: 
 def compare(args, random_model: Path) -> None:
     prompt_len = longest_prompt(JOB_FLAGS)
     print(f"# jobs: train.py {' '.join(JOB_FLAGS)}; longest prompt {prompt_len} tokens")
+    print("# measured: each rank's peak RSS (summary.json memory_per_rank), the jobs run with "
+          + ("glibc's default allocator (freed blocks under 32 MiB kept for reuse)" if args.default_malloc else
+             "MALLOC_MMAP_THRESHOLD_=65536 (freed tensors go back to the kernel: RSS follows the live tensors the plan "
+             "counts; --default_malloc measures with glibc's default)"))
     print(f"{'model':>10} {'ranks':>5} {'rank':>4} | {'load: plan':>10} {'measured':>9} | {'peak: plan':>10} {'measured':>9} "
           f"{'plan/measured':>13} | plan's peak phase")
     worst = 0.0
     for name in args.models:
         model = TINY if name == "tiny" else random_model
         for world in args.worlds:
-            measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}", JOB_FLAGS)
+            measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}", JOB_FLAGS,
+                               live=not args.default_malloc)
             plan = predict(model, world, prompt_len, JOB_FLAGS)
             for r in measured:
                 p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
@@ -188,6 +199,7 @@ def main() -> None:
     ap.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--models", nargs="+", choices=("tiny", "random"), default=["tiny", "random"])
     ap.add_argument("--only", choices=("compare", "steps0", "count"), default="")
+    ap.add_argument("--default_malloc", action="store_true", help="compare: measure with glibc's default allocator")
     args = ap.parse_args()
     print(title_line("bench_memory_plan"))
     print(machine_line())

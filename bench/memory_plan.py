@@ -230,7 +230,9 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     act = per_layer_token_bytes(s, b, masked)
     tr = runtime + [master, grads, adam] + root
     if fsdp:
-        tr += [layer(2, "decoder layers gathered (current + prefetched)"),
+        tr += [Term("root group's unsharded gradient (the head's backward comes first)", f"{b} B x {n(s.root)}",
+                    b * s.root, where),
+               layer(2, "decoder layers gathered (current + prefetched)"),
                Term("one layer's unsharded gradient + reduce-scatter buffer", f"({b} + 4) B x {n(s.layer)}",
                     (b + 4) * s.layer, where)]
     if c.activation_checkpointing:

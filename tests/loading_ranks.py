@@ -123,7 +123,7 @@ def main(models: Path, out: Path) -> None:
         if dist.main:
             res[name]["state_bit_equal"] = all(torch.equal(full[k], v) for k, v in ref.state_dict().items())
 
-    for name in ("missing", "unexpected", "misshapen", "tie_differs", "bin_only", "unknown_arch"):
+    for name in ("missing", "unexpected", "misshapen", "tie_differs", "bin_only", "unknown_arch", "stray"):
         try:
             load(name)
             res[f"error/{name}"] = None

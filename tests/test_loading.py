@@ -38,6 +38,9 @@ ERRORS = {  # checkpoint -> what the one-line error must say
     "bin_only": "only pickled weights (pytorch_model.bin)",
     "unknown_arch": "model_type 'not-a-model'",
 }
+SHARDED_ERRORS = {  # the sharded loader only: from_pretrained reads the files the index lists
+    "stray": "consolidated.safetensors is not in model.safetensors.index.json",
+}
 
 
 def _qwen2(tie: bool, cls=None, **extra):
@@ -90,6 +93,11 @@ def build_models(root: Path) -> Path:
         (root / "bin_only" / "model.safetensors").unlink()
 
     _variant(tied, root / "bin_only", to_bin)
+    _variant(tied, root / "stray", lambda sd: None)  # a second copy of the weights beside an index that omits it
+    shutil.copy(tied / "model.safetensors", root / "stray" / "consolidated.safetensors")
+    keys = load_file(tied / "model.safetensors")
+    (root / "stray" / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: "model.safetensors" for k in keys}}))
     _variant(tied, root / "unknown_arch", lambda sd: None)
     cfg = json.loads((root / "unknown_arch" / "config.json").read_text())
     (root / "unknown_arch" / "config.json").write_text(json.dumps({**cfg, "model_type": "not-a-model"}))
@@ -148,7 +156,7 @@ def test_persistent_buffer_keeps_the_checkpoint_values(ranks):
 
 
 def test_bad_checkpoints_are_refused_on_every_rank(ranks):
-    for name, says in ERRORS.items():
+    for name, says in {**ERRORS, **SHARDED_ERRORS}.items():
         for r in ranks:
             assert r[f"error/{name}"] is not None and says in r[f"error/{name}"], (name, r[f"error/{name}"])
 
