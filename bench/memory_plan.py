@@ -402,6 +402,9 @@ def main(argv: list[str] | None = None) -> dict:
     ranks = args.gpus * args.nodes
     os.environ["WORLD_SIZE"] = str(ranks)  # train.py's checks for this many processes (groups split across ranks)
     cfg = train.parse_config(rest)
+    if args.device == "cpu" and cfg.engine == "vllm":
+        raise ValueError("--device cpu --engine vllm: the plan models vLLM on GPUs only (its share of GPU memory); plan "
+                         "CPU runs with --engine hf")
     su = Setup(cfg, ranks, args.gpus, args.device, args.forward, args.prompt_len or cfg.max_prompt_len, args.gpu_gib,
                args.gpu_reserve_gib, args.host_gib,
                args.runtime_gib or (CPU_RUNTIME_GIB if args.device == "cpu" else GPU_HOST_RUNTIME_GIB))
