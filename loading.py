@@ -9,25 +9,26 @@ float32 (131 GB) cannot be built whole on every rank before FSDP2 shards it, so 
      whatever dtype the file stores: the master weights are fp32;
   2. shards it (the caller's `shard`: plumbing.wrap_fsdp, `fully_shard` on every decoder layer,
      then the root);
-  3. materialises only its own shards (`to_empty`: uninitialised memory);
+  3. materialises only its own shards (`to_empty`: uninitialised memory), and checks that tied
+     input and output embeddings are still one tensor (an untied copy would train apart,
+     verl-project/verl PR 7835);
   4. rebuilds the buffers no checkpoint holds (non-persistent: the rotary embedding's
      `inv_freq`), as the owning module's own __init__ computes them, in float32, before reading
      the weights (reading first would let the rebuild overwrite buffers the checkpoint does hold:
-     prime-rl PR 3333);
+     PrimeIntellect-ai/prime-rl PR 3333);
   5. reads only its slices of the safetensors files (torch.distributed.checkpoint with its
      HuggingFaceStorageReader: each rank opens the files and copies the rows of its shards,
-     bf16 in the file becoming fp32 in the shard);
-  6. checks that tied input and output embeddings are still one tensor (an untied copy would
-     train apart, verl PR 7835).
+     bf16 in the file becoming fp32 in the shard).
 
 This is the pattern of torchtitan (torchtitan/trainer.py, initial_load_in_hf) and prime-rl
 (src/prime_rl/trainer/model.py, load_dcp_from_hf). The traps each step guards against, every one
-a test in tests/test_loading.py: `to_empty` memory read as a rotary table (torchtitan PR 3772,
-transformers issue 45902: loss at ln V, positions silently lost); buffers cast to bf16 with the
-weights (SkyRL PR 1725); tied embeddings silently untied, the embedding then getting only half
-its gradient (verl PR 7835), or sharded unevenly in two FSDP groups (pytorch issue 176076: keep
-them in the root group); a checkpoint whose tensors do not match the model, which
-`from_pretrained` only warns about and fills with random values (accelerate issue 3870).
+a test in tests/test_loading.py: `to_empty` memory read as a rotary table (pytorch/torchtitan PR
+3772, huggingface/transformers issue 45902: loss at ln V, positions silently lost); buffers cast to
+bf16 with the weights (NovaSky-AI/SkyRL PR 1725); tied embeddings silently untied, the embedding
+then getting only half its gradient (verl-project/verl PR 7835), or sharded unevenly in two FSDP
+groups (pytorch/pytorch issue 176076: keep them in the root group); a checkpoint whose tensors do
+not match the model, which `from_pretrained` only warns about and fills with random values
+(huggingface/accelerate issue 3870).
 Saving final/ goes the other way: the shards are gathered to rank 0 alone (gather_on_rank0).
 """
 
@@ -185,7 +186,7 @@ def load_whole(path: str, device: torch.device, *, trust_remote_code: bool = Fal
 
 
 def load_sharded(path: str, device: torch.device, shard, *, trust_remote_code: bool = False, offload: bool = False):
-    """The causal LM of an HF directory as FSDP2 shards, each rank reading only its slices (steps 1-6 above).
+    """The causal LM of an HF directory as FSDP2 shards, each rank reading only its slices (steps 1-5 above).
 
     A collective: every rank of the default process group calls it. shard: a function that
     applies FSDP2 to the meta-device model in place (plumbing.wrap_fsdp). offload: the shards
@@ -239,7 +240,7 @@ def rebuild_buffers(model, device: torch.device) -> None:
     the meta-built one: its buffers and plain attributes (the rotary embedding's inv_freq,
     original_inv_freq, attention_scaling, for any rope_scaling type) are then what its __init__
     computes, which is what `from_pretrained` gives. Buffers are not cast: FSDP2 mixed precision
-    casts parameters only, and the rotary table stays float32 (SkyRL PR 1725).
+    casts parameters only, and the rotary table stays float32 (NovaSky-AI/SkyRL PR 1725).
 
     Raises:
         ValueError: a non-persistent buffer whose module has parameters or no config: it cannot be

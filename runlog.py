@@ -163,15 +163,25 @@ def clean(stats: dict) -> dict:
 
 
 def memory_gib(device) -> dict:
-    """This process's memory high-water marks in GiB: "host" (peak RSS since the process started)
+    """This process's memory high-water marks in GiB: "host" (peak RSS since the program started)
     and, on GPU, "gpu" and "gpu_reserved" (the most memory torch's allocator had allocated, and
     reserved from the driver, since the last torch.cuda.reset_peak_memory_stats)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    out = {"host": rss / (2**30 if sys.platform == "darwin" else 2**20)}  # bytes on macOS, KiB on Linux
+    out = {"host": _peak_rss_bytes() / 2**30}
     if device.type == "cuda":
         out |= {"gpu": torch.cuda.max_memory_allocated(device) / 2**30,
                 "gpu_reserved": torch.cuda.max_memory_reserved(device) / 2**30}
     return out
+
+
+def _peak_rss_bytes() -> int:
+    """Peak resident set size: Linux's VmHWM, the high-water mark of this program's own memory. (ru_maxrss
+    also counts the parent's resident set at the fork before exec: a child of a large process, a test
+    or a benchmark, would report its parent's size.) Without /proc (macOS): ru_maxrss, in bytes there."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))  # kB
+    except FileNotFoundError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def memory_metrics(after_load: dict, device, dist: Dist) -> tuple[dict, list[dict]]:

@@ -400,8 +400,15 @@ def main(argv: list[str] | None = None) -> dict:
     if args.gpus < 1 or args.nodes < 1:
         raise ValueError(f"--gpus and --nodes must be >= 1, got {args.gpus} and {args.nodes}")
     ranks = args.gpus * args.nodes
+    saved_world = os.environ.get("WORLD_SIZE")
     os.environ["WORLD_SIZE"] = str(ranks)  # train.py's checks for this many processes (groups split across ranks)
-    cfg = train.parse_config(rest)
+    try:
+        cfg = train.parse_config(rest)
+    finally:  # a caller's environment (the benchmark's jobs) keeps its own
+        if saved_world is None:
+            del os.environ["WORLD_SIZE"]
+        else:
+            os.environ["WORLD_SIZE"] = saved_world
     if args.device == "cpu" and cfg.engine == "vllm":
         raise ValueError("--device cpu --engine vllm: the plan models vLLM on GPUs only (its share of GPU memory); plan "
                          "CPU runs with --engine hf")
