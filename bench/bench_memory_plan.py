@@ -105,6 +105,7 @@ def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: 
 
 
 def compare(args, random_model: Path) -> None:
+    """Each model x number of ranks: run the job, run the plan, print both per rank."""
     prompt_len = longest_prompt(JOB_FLAGS)
     print(f"# jobs: train.py {' '.join(JOB_FLAGS)}; longest prompt {prompt_len} tokens")
     print("# measured: each rank's peak RSS (summary.json memory_per_rank), the jobs run with "

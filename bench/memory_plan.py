@@ -120,6 +120,8 @@ def model_shape(spec: str) -> Shape:
 
 @dataclass
 class Term:
+    """One line of the plan: what holds memory, the arithmetic, its bytes, and where (gpu or host)."""
+
     what: str
     arithmetic: str
     bytes: float
@@ -282,6 +284,7 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
 
 
 def total(terms: list[Term], where: str) -> float:
+    """Bytes of the terms held in `where` (gpu | host)."""
     return sum(t.bytes for t in terms if t.where == where)
 
 
@@ -308,34 +311,32 @@ def plan(s: Shape, su: Setup) -> dict:
 
 
 def suggestions(s: Shape, su: Setup) -> list[str]:
-    """The first of a few changes (cumulative) that makes the run fit: flags to add, or more GPUs."""
+    """The first of a few changes (cumulative) that makes the run fit: flags to add, then more nodes."""
+    seq = su.prompt_len + su.cfg.max_response_len
     tries = []
     if not su.cfg.activation_checkpointing:
-        tries.append(("--activation_checkpointing true", {"activation_checkpointing": True}, {}))
-    if su.cfg.micro_batch_tokens == 0 or su.cfg.micro_batch_tokens > su.prompt_len + su.cfg.max_response_len:
-        tries.append((f"--micro_batch_tokens {su.prompt_len + su.cfg.max_response_len}",
-                      {"micro_batch_tokens": su.prompt_len + su.cfg.max_response_len}, {}))
+        tries.append(("--activation_checkpointing true", {"activation_checkpointing": True}))
+    if su.cfg.micro_batch_tokens == 0 or su.cfg.micro_batch_tokens > seq:
+        tries.append((f"--micro_batch_tokens {seq}", {"micro_batch_tokens": seq}))
     if not su.cfg.cpu_offload:
-        tries.append(("--cpu_offload true", {"cpu_offload": True}, {}))
-    cfg, flags, out = su.cfg, [], []
-    for flag, change, _ in tries:
+        tries.append(("--cpu_offload true", {"cpu_offload": True}))
+    cfg, flags = su.cfg, []
+    for flag, change in tries:
         cfg, flags = dataclasses.replace(cfg, **change), flags + [flag]
-        trial = dataclasses.replace(su, cfg=cfg)
-        p = plan(s, trial)
+        p = plan(s, dataclasses.replace(su, cfg=cfg))
         if p["fits_gpu"] and p["fits_host"]:
             return [f"fits with {' '.join(flags)} (peak {p['gpu_peak'] / GiB:.1f} GiB per GPU, "
                     f"{p['node_host'] / GiB:.0f} GiB host on rank 0's node)"]
     for nodes in (2, 4, 8, 16):
-        trial = dataclasses.replace(su, cfg=cfg, ranks=su.ranks_per_node * nodes)
-        p = plan(s, trial)
+        p = plan(s, dataclasses.replace(su, cfg=cfg, ranks=su.ranks_per_node * nodes))
         if p["fits_gpu"] and p["fits_host"]:
-            out.append(f"fits with {' '.join(flags)} on {nodes} nodes of {su.ranks_per_node} GPUs (peak "
-                       f"{p['gpu_peak'] / GiB:.1f} GiB per GPU)")
-            return out
+            return [f"fits with {' '.join(flags)} on {nodes} nodes of {su.ranks_per_node} GPUs (peak "
+                    f"{p['gpu_peak'] / GiB:.1f} GiB per GPU)"]
     return ["does not fit with the changes tried (checkpointing, one sequence per micro-batch, CPU offload, up to 16 nodes)"]
 
 
 def render(s: Shape, su: Setup, res: dict) -> str:
+    """The printed plan: the setting, rank 0's terms phase by phase, the other ranks' totals, the verdict."""
     c = su.cfg
     lines = [f"memory plan: {s.name}: {n(s.params)} parameters ({s.layers} layers of {n(s.layer)}, hidden {s.hidden}, MLP "
              f"{s.inter}, vocabulary {s.vocab}, {'tied' if s.tied else 'untied'} head; outside the layers {n(s.root)})",
@@ -381,6 +382,7 @@ def render(s: Shape, su: Setup, res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    """Print the plan; returns its figures (GiB) per rank and phase. Raises ValueError / FileNotFoundError on bad input."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                  usage="%(prog)s --model_config DIR_OR_NAME [plan flags] [train.py flags]")
     ap.add_argument("--model_config", required=True, help=f"a model directory or one of {', '.join(BUILTIN)}")

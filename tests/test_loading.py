@@ -23,7 +23,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import cli
-import loading
 import plumbing
 import train
 from loading_ranks import MarkerConfig, register
