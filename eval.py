@@ -443,7 +443,8 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     """
     name = rollout.resolve_engine(name)
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code) if name == "hf" else None
+    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
+                                world=world) if name == "hf" else None  # under torchrun: FSDP2 shards, no whole copy
     max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
     engine = rollout.make_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,

@@ -29,6 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import loading
+
 REPO = Path(__file__).resolve().parent
 DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
 
@@ -234,23 +236,47 @@ def repo_commit() -> str:
 # --- plumbing: model ------------------------------------------------------------------------------------
 
 
-def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
+def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None):
     """(model, tokenizer) from an HF directory ('' = the tiny base policy): load_tokenizer + load_model.
 
-    Raises FileNotFoundError / ValueError as load_tokenizer.
+    Raises FileNotFoundError / ValueError as load_tokenizer and load_model.
     """
     tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
-    return load_model(path, device, trust_remote_code=trust_remote_code), tokenizer
+    return load_model(path, device, trust_remote_code=trust_remote_code, world=world, fsdp=fsdp), tokenizer
 
 
-def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False):
-    """The causal LM of an HF directory in float32 (safetensors only; no remote code unless asked),
-    with dropout switched off (disable_dropout); '' is the tiny base policy."""
-    from transformers import AutoModelForCausalLM
+@dataclass(frozen=True)
+class FSDPSettings:
+    """What wrap_fsdp reads (train.Config has the same fields): here fp32, no checkpointing, no offload."""
 
-    model = AutoModelForCausalLM.from_pretrained(
-        path or str(DEFAULT_MODEL), dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
-    ).to(device)
+    activation_checkpointing: bool = False
+    bf16: bool = False
+    cpu_offload: bool = False
+
+
+def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None):
+    """The causal LM of an HF directory ('' = the tiny base policy) in float32, dropout off (disable_dropout),
+    wrapped by wrap_fsdp; safetensors only, no remote code unless asked.
+
+    One process (world 1): transformers' from_pretrained onto `device`, as it always was
+    (loading.load_whole). Under torchrun (world > 1, a collective): FSDP2 shards from the start,
+    each rank reading only its slices of the files (loading.load_sharded: no rank ever holds the
+    whole model). Both check that the checkpoint's tensors are exactly the model's.
+
+    fsdp: the FSDP2 settings wrap_fsdp reads (a train.Config); None = FSDPSettings().
+
+    Raises:
+        FileNotFoundError: no config.json, or no safetensors weights (loading.model_config).
+        ValueError: an architecture transformers does not know; a missing, unexpected or
+            misshapen tensor; tied embeddings stored with different values.
+    """
+    path = path or str(DEFAULT_MODEL)
+    fsdp, dist = fsdp or FSDPSettings(), Dist(torch.distributed.get_rank() if world > 1 else 0, world)
+    if world > 1:
+        model = loading.load_sharded(path, device, lambda m: wrap_fsdp(m, fsdp, device, dist),
+                                     trust_remote_code=trust_remote_code, offload=fsdp.cpu_offload)
+    else:
+        model = wrap_fsdp(loading.load_whole(path, device, trust_remote_code=trust_remote_code), fsdp, device, dist)
     disable_dropout(model)
     return model
 
@@ -329,11 +355,14 @@ def set_activation_checkpointing(model, on: bool) -> None:
 
 
 def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
-    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
+    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun; activation checkpointing if asked.
 
-    Mixed precision on GPU: bf16 compute and communication of parameters, fp32 gradient reduction
-    and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo). Reads
-    cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
+    Works on a built model or on the meta device (loading.load_sharded calls it before any
+    weight exists). The root group holds the embeddings and the output head, so tied embeddings
+    are one parameter of one group (torch 2.13 refuses a parameter shared between two groups;
+    pytorch/pytorch issue 176076). Mixed precision on GPU: bf16 compute and communication of parameters,
+    fp32 gradient reduction and fp32 master weights (the optimizer sees fp32 shards). CPU stays
+    fp32 (gloo). Reads cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
 
     Raises ValueError: the model does not name its decoder layers (_no_split_modules).
     """
@@ -359,13 +388,10 @@ def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
 
 
 def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
-    """Full weights in HF format on rank 0 (gathered from FSDP shards when distributed), the
-    tokenizer, and `extra` as dapo_run.json (what eval.py reads back: config, verifier version)."""
-    state = None
-    if dist.world > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    """Full weights in HF format on rank 0, the tokenizer, and `extra` as dapo_run.json (what eval.py
+    reads back: config, verifier version). Under torchrun only rank 0 ever holds the whole
+    model: the shards are gathered to it one tensor at a time (loading.gather_on_rank0)."""
+    state = loading.gather_on_rank0(model, dist.rank, dist.world) if dist.world > 1 else None
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         if getattr(tokenizer, "dapo_plain_fast", False):

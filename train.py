@@ -599,8 +599,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     plumbing.seed_everything(cfg.seed, cfg.threads)
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
-    model = plumbing.wrap_fsdp(model, cfg, device, dist)
+    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
     forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention
     optimizer, scheduler = plumbing.make_optimizer(model, cfg)
     engine = plumbing.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (

@@ -375,8 +375,7 @@ import dapo, plumbing, train
 torch.set_num_threads(1)
 cfg = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=4, micro_batch_size=2, lr=1e-2, weight_decay=0.1)
 dist, device = plumbing.init_distributed(cfg.device)
-model, tok = plumbing.load_policy("", device)
-model = plumbing.wrap_fsdp(model, cfg, device, dist)
+model, tok = plumbing.load_policy("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards when distributed
 opt = torch.optim.SGD(model.parameters(), lr=1e-2)  # linear in the gradient: 1 and 2 ranks agree to rounding
 g = torch.Generator().manual_seed(0)
 prompts = [[5 + i] * 6 for i in range(4) for _ in range(2)]
