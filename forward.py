@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from plumbing import Dist, all_reduce_max
+from distributed import Dist, all_reduce_max
 
 PASS_METHOD = "dapo_token_logprobs"  # the model method `attach` adds (run inside the FSDP2 root's forward)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")

@@ -91,6 +91,7 @@ import torch
 
 import cli
 import forward
+import distributed
 import plumbing
 import rollout
 from task import PromptStream
@@ -339,7 +340,7 @@ class AsyncGenerator:
         out = None
         if self.dist.main:
             out = ("failed", self.failed) if self.failed else self._receive(step)
-        out = plumbing.broadcast_object(out, self.dist)
+        out = distributed.broadcast_object(out, self.dist)
         if out[0] == "failed":
             raise cli.RunStopped(out[1])
         self.stream_position = out[2]
@@ -394,7 +395,7 @@ class AsyncGenerator:
             except PeerGone as e:
                 self.failed = (f"{e} holding the shared-weights lock (during a weight copy); the learner checkpointed "
                                f"the {version} rollout steps it had trained: --resume latest continues")
-        self.failed = plumbing.broadcast_object(self.failed, self.dist)
+        self.failed = distributed.broadcast_object(self.failed, self.dist)
         return {**out, "time/weight_sync": time.perf_counter() - t0}
 
     def stop(self) -> None:
@@ -501,7 +502,7 @@ def _generator_main(startup: torch.Tensor, handles: tuple, conn) -> None:
 
 def _generate_forever(s: dict, shared: SharedWeights, sender: _Sender, learner_gone) -> None:
     cfg, data = s["cfg"], s["data"]
-    plumbing.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
+    distributed.seed_everything(cfg.seed, 1)  # one thread: the learner has the other core
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     # the device of the learner's rank 0 (untested on GPUs: the project's CI has none)
     device = torch.device("cuda:0" if cfg.device != "cpu" and torch.cuda.is_available() else "cpu")
@@ -528,7 +529,7 @@ def _generate_forever(s: dict, shared: SharedWeights, sender: _Sender, learner_g
             _test_fault("exit_holding_lock", shared, sender)
             version = _load_weights(shared, model, engine, atol, learner_gone)
         idle = time.perf_counter() - t0
-        rollouts = s["collect"](b, engine, stream, data, cfg, plumbing.Dist(0, 1), tokenizer, s["task"], [],
+        rollouts = s["collect"](b, engine, stream, data, cfg, distributed.Dist(0, 1), tokenizer, s["task"], [],
                                 version=version, n_shards=s["n_shards"])
         sender.put(("batch", Batch(b, version, rollouts, stream.position, idle)))
         shared.meta[_PRODUCED] = b + 1

@@ -4,12 +4,12 @@ Nothing here is DAPO. train.py and eval.py call these so that their own code rea
 algorithm; a single-GPU fork can delete the FSDP and collective parts (with one process every
 collective below is a no-op). Sections, in order:
 
-  processes         torchrun ranks, the few collectives the loop needs, generation engine groups; seeding
-  evaluation split  problems across ranks; the repository commit
+  the repository    the commit a run or report records
   model             policy and tokenizer loading, dropout off, FSDP2 wrapping, saving in HF format,
-                    the optimizer and the generation engine of a config
+                    the optimizer and the generation engine (of a name, and of a config)
 
-The other plumbing: forward.py (the trainer's forward passes, micro-batches, the optimizer step),
+The other plumbing: distributed.py (torchrun ranks, collectives, engine groups, seeding), loading.py
+(a model sharded from the start under torchrun), forward.py (the trainer's forward passes, micro-batches, the optimizer step),
 cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
 logs, checkpoints, the run's bookkeeping), generator.py (generation beside the learner),
 vllm_engine.py (the vLLM engine).
@@ -17,208 +17,26 @@ vllm_engine.py (the vLLM engine).
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import random
 import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import loading
+import rollout
+import tiny
+import vllm_engine
+from distributed import Dist
 
 REPO = Path(__file__).resolve().parent
 DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
 
 
-# --- plumbing: processes ------------------------------------------------------------------------------
-
-
-@dataclass
-class Dist:
-    """This process's place under torchrun (rank 0 of 1 without it)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
-    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda."""
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if "RANK" not in os.environ:
-        return Dist(), torch.device("cuda" if use_cuda else "cpu")
-    import torch.distributed as tdist
-
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
-    if use_cuda:
-        torch.cuda.set_device(local)
-    if not tdist.is_initialized():
-        # On GPU: NCCL for CUDA tensors, gloo for the CPU-tensor collectives of the loop
-        # (all_reduce_sum, rollout.sync_engine's gap) that NCCL alone would reject.
-        tdist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo")
-    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
-
-
-def close_distributed(dist: Dist) -> None:
-    """Tear down the process group at the end of a torchrun run, after a last barrier (nothing with one process).
-
-    Raises RuntimeError: under torchrun the group is already gone (something else destroyed the
-    trainer's group, e.g. a generation engine's shutdown: vllm_engine.VLLMEngine.close must not).
-    """
-    if dist.world == 1:
-        return
-    if not torch.distributed.is_initialized():
-        raise RuntimeError("the trainer's process group was destroyed before the end of the run (by the engine's shutdown?)")
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-
-
-def all_gather_objects(obj, dist: Dist) -> list:
-    """[obj of rank 0, obj of rank 1, ...] on every rank."""
-    if dist.world == 1:
-        return [obj]
-    out = [None] * dist.world
-    torch.distributed.all_gather_object(out, obj)
-    return out
-
-
-def broadcast_object(obj, dist: Dist):
-    """Rank 0's `obj` on every rank (pickled through the default process group)."""
-    if dist.world == 1:
-        return obj
-    box = [obj]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
-    """Sum (or max) of a number over all ranks, in float64."""
-    if dist.world == 1:
-        return x
-    t = torch.tensor([x], dtype=torch.float64)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
-    return float(t.item())
-
-
-def all_reduce_max(x: float, dist: Dist) -> float:
-    return all_reduce_sum(x, dist, op="max")
-
-
-def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tuple]:
-    """Every rank's generated shards on every rank, one copy of each, sorted by shard index.
-
-    local: this rank's (shard index, seed, wall seconds, prompt indices, samples) tuples, samples
-    a list (per prompt) of lists of rollout.Sample. With tp > 1 the tp consecutive ranks of an
-    engine group generated the same shards: only the group's first rank sends its samples, the
-    others a digest of their tokens, which must match (same prompts, seed and weights give the
-    same tokens; docs/PITFALLS.md, failure 13). A collective.
-
-    Raises GroupMismatchError: the ranks of one group drew different tokens for a shard.
-    """
-    leader = dist.rank % tp == 0
-    def digest(samples) -> str:
-        return hashlib.sha256(repr([[s.token_ids for s in g] for g in samples]).encode()).hexdigest()[:16]
-
-    mine = [(*x[:4], x[4] if leader else None, digest(x[4]) if tp > 1 else None) for x in local]
-    parts = all_gather_objects(mine, dist)
-    if tp > 1:
-        for c in {x[0] for part in parts for x in part}:
-            drew = {r: x[5] for r, part in enumerate(parts) for x in part if x[0] == c}
-            if len(set(drew.values())) > 1:
-                raise GroupMismatchError(f"ranks {sorted(drew)} (engine group {min(drew) // tp}) drew different tokens "
-                                         f"for shard {c}")
-    return sorted((x[:5] for part in parts for x in part if x[4] is not None), key=lambda x: x[0])
-
-
-def barrier(dist: Dist) -> None:
-    if dist.world > 1:
-        torch.distributed.barrier()
-
-
-class GroupMismatchError(RuntimeError):
-    """Ranks that must act as one (the ranks of one tensor-parallel engine) were given different inputs."""
-
-
-def engine_groups(world: int, tp: int) -> list[list[int]]:
-    """The ranks of each generation engine: `tp` consecutive ranks per engine, [[0..tp-1], [tp..2tp-1], ...].
-
-    The layout vLLM's external launcher gives its tensor-parallel groups
-    (vllm/distributed/parallel_state.py, initialize_model_parallel), and TRL's colocate mode's
-    (trl/generation/vllm_generation.py). Raises ValueError unless tp >= 1 divides world.
-    """
-    if tp < 1 or world % tp:
-        raise ValueError(f"--vllm_tp {tp} must be >= 1 and divide the number of processes ({world})")
-    return [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
-
-
-def new_engine_group(tp: int):
-    """This rank's group of `engine_groups` as a gloo process group (a collective: every rank calls it)."""
-    import torch.distributed as tdist
-
-    mine, _ = tdist.new_subgroups_by_enumeration(engine_groups(tdist.get_world_size(), tp), backend="gloo")
-    return mine
-
-
-def assert_same_in_group(key, group, what: str) -> None:
-    """Raise GroupMismatchError on every rank of `group` unless all of them pass an equal `key`.
-
-    key: any picklable value (e.g. (seed, hash of the prompts)). A collective over `group`.
-    """
-    import torch.distributed as tdist
-
-    keys = [None] * tdist.get_world_size(group)
-    tdist.all_gather_object(keys, key, group=group)
-    if any(k != keys[0] for k in keys):
-        ranks = tdist.get_process_group_ranks(group)
-        raise GroupMismatchError(f"{what}: " + ", ".join(f"rank {r}: {k}" for r, k in zip(ranks, keys)))
-
-
-def seed_everything(seed: int, threads: int = 0) -> None:
-    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1)."""
-    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-# --- plumbing: splitting evaluation problems across ranks ---------------------------------------------------
-
-
-def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
-    """Problem indices rank `rank` generates: (indices, how many are real).
-
-    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
-    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
-    otherwise). Results of the padding are dropped before the gather.
-    """
-    if not (0 <= rank < world and n >= 1):
-        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
-    real = list(range(rank, n, world))
-    return real + [0] * (-(-n // world) - len(real)), len(real)
-
-
-def unshard(parts: list[list], world: int) -> list:
-    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
-    out = [None] * sum(map(len, parts))
-    for r, part in enumerate(parts):
-        for j, x in enumerate(part):
-            out[r + j * world] = x
-    return out
-
-
-def rank_seed(seed: int, rank: int, world: int) -> int:
-    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
-    if world == 1:
-        return seed
-    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
+# --- plumbing: the repository ----------------------------------------------------------------------
 
 
 def repo_commit() -> str:
@@ -395,8 +213,6 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         if getattr(tokenizer, "dapo_plain_fast", False):
-            import tiny
-
             tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
         else:
             tokenizer.save_pretrained(out)
@@ -419,16 +235,54 @@ def step_schedule(scheduler) -> None:
         scheduler.step()
 
 
+def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
+                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
+                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True, tp: int = 1,
+                dtype: str = "float32") -> rollout.Engine:
+    """The generation engine for --engine (rollout.resolve_engine), the one factory of train.py and eval.py.
+
+    "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
+    "vllm": vllm_engine.VLLMEngine loaded from model_dir in `dtype`, holding max_model_len tokens
+    (prompt + response), tensor-parallel over `tp` consecutive ranks (every rank calls this); on
+    GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
+    generates from model_dir's weights until the caller syncs it (rollout.sync_engine). Its log-probs
+    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
+
+    announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
+    applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
+
+    Raises ValueError as resolve_engine, or tp > 1 with the hf engine or a world it does not divide.
+    """
+    name = rollout.resolve_engine(name)
+    if tp != 1 and name != "vllm":
+        raise ValueError(f"--vllm_tp {tp} needs --engine vllm (the hf engine generates on the FSDP-sharded trainer)")
+    if name == "hf":
+        engine = rollout.HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
+    else:
+        kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
+        if getattr(device, "type", device) == "cuda":
+            # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        engine = vllm_engine.VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, tp=tp, dtype=dtype, **kw)
+    if announce:
+        notice = rollout.generation_config_notice(rollout._GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        if sampler_logprobs and temperature > 0 and not engine.logprobs_available(
+                rollout.SamplingParams(n=1, max_new_tokens=1, temperature=temperature, top_p=top_p)):
+            print(f"[engine] {engine.name} cannot return log-probs of softmax(logits / {temperature}) with top_p "
+                  f"{top_p}: the sampler/* metrics are off for this run", file=sys.stderr, flush=True)
+    return engine
+
+
 def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None):
-    """The generation engine of a train.Config (rollout.make_engine), holding the longest prompt plus
+    """The generation engine of a train.Config (build_engine), holding the longest prompt plus
     the response budget (capped at the model's position limit); vLLM runs in bf16 on GPU with
     --bf16, else in float32, tensor-parallel over --vllm_tp ranks. An engine with weights of its own
     (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating; `probe`
     (prompt ids, reference answer ids) is what sync_engine then scores on both sides to check it."""
-    import rollout
-
     max_len = engine_max_len(cfg.model, longest_prompt + cfg.max_response_len)
-    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
+    engine = build_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
                                  device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
                                  max_model_len=max_len, max_batch=cfg.engine_max_batch,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,

@@ -37,7 +37,8 @@ import rollout
 import verifier
 from rollout import SamplingParams
 from cli import RunStopped
-from plumbing import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed, save_hf
+from distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
+from plumbing import save_hf
 
 
 # --- checkpoints --------------------------------------------------------------------------------

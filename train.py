@@ -40,12 +40,13 @@ import dapo
 import forward
 import generator
 import cli
+import distributed
 import plumbing
 import rollout
 import runlog
 import verifier
 from cli import F
-from plumbing import Dist, all_reduce_max, all_reduce_sum
+from distributed import Dist, all_reduce_max, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task
 
@@ -313,7 +314,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     (seed, step, round, c) by engine group c % groups (a group: one rank, or the `engine.tp` ranks
     of one tensor-parallel vLLM engine, which all submit it), so the same run on 1 or N processes
     draws the same rollouts (for equal gen_shards). Every rank receives every group, each once
-    (plumbing.gather_engine_shards), so all ranks make the same keep/stop decision and no
+    (distributed.gather_engine_shards), so all ranks make the same keep/stop decision and no
     collective can hang (docs/PITFALLS.md, failures 3 and 13).
 
     Bounded staleness: the official code throws away kept groups beyond the batch. With
@@ -326,7 +327,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
 
     Raises:
         cli.RunStopped: the round budget ran out under --on_exhausted error.
-        plumbing.GroupMismatchError: the ranks of one engine group drew different tokens.
+        distributed.GroupMismatchError: the ranks of one engine group drew different tokens.
     """
     fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
     expired = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
@@ -352,7 +353,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
             samples, wall = rollout.timed_generate(engine, [data.prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
             local.append((c, seed, wall, shard, samples))
         t0 = time.perf_counter()
-        shards = plumbing.gather_engine_shards(local, dist, engine.tp)  # one copy of each, ranks of a group checked
+        shards = distributed.gather_engine_shards(local, dist, engine.tp)  # one copy of each, ranks of a group checked
         round_groups = []
         for c, seed, wall, shard, samples in shards:
             for i, s in zip(shard, samples):
@@ -595,8 +596,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     """Run DAPO end to end; returns the summary (also written to RUN_DIR/summary.json)."""
     task = task or Task()
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
-    dist, device = plumbing.init_distributed(cfg.device)
-    plumbing.seed_everything(cfg.seed, cfg.threads)
+    dist, device = distributed.init_distributed(cfg.device)
+    distributed.seed_everything(cfg.seed, cfg.threads)
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
     model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)

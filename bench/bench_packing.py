@@ -75,7 +75,7 @@ def long_mix(model, tok, rng: random.Random):
 def counts(batch, cfg) -> dict:
     """Real tokens, tokens fed to the model and attention pairs computed, summed over the step's passes."""
     import forward
-    from plumbing import Dist
+    from distributed import Dist
 
     real = fed = pairs = 0
     for mb in forward.split_minibatches(batch, cfg.mini_batch_size, Dist()):
@@ -104,6 +104,7 @@ def main() -> None:
     import torch
 
     import dapo
+    import distributed
     import plumbing
     import train
 
@@ -133,7 +134,7 @@ def main() -> None:
                 model = copy.deepcopy(base)
                 opt = torch.optim.SGD(model.parameters(), lr=1e-6)
                 t0 = time.perf_counter()
-                train.update_policy(model, opt, batch, cfg, plumbing.Dist(), torch.device("cpu"), tok.pad_token_id)
+                train.update_policy(model, opt, batch, cfg, distributed.Dist(), torch.device("cpu"), tok.pad_token_id)
                 if rep:
                     secs[name].append(time.perf_counter() - t0)
         anchor = statistics.median(secs["padded"])

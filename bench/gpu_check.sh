@@ -53,7 +53,7 @@ import torch
 sys.path.insert(0, ".")
 import loading, plumbing
 from transformers import AutoModelForCausalLM
-dist, device = plumbing.init_distributed("cuda")
+dist, device = distributed.init_distributed("cuda")
 model = plumbing.load_model(sys.argv[1], device, world=dist.world, fsdp=plumbing.FSDPSettings(bf16=True))
 full = loading.gather_on_rank0(model, dist.rank, dist.world)
 if dist.main:
@@ -61,7 +61,7 @@ if dist.main:
     rot = model.model.rotary_emb.inv_freq
     print(f"sharded load on {dist.world} GPUs: {len(full)} tensors, bit-equal to from_pretrained: "
           f"{all(torch.equal(full[k], ref[k]) for k in full)}; rotary inv_freq {rot.dtype} on {rot.device}")
-plumbing.close_distributed(dist)
+distributed.close_distributed(dist)
 PY
   torchrun --standalone --nproc_per_node="$NGPU" "$OUT/check_load.py" "$OUT/random-1.5b" 2>&1 | grep -E "sharded load|Error" || true
 else

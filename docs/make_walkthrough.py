@@ -72,6 +72,7 @@ def build(out_lines: list[str]) -> None:
     import dapo
     import cli
     import forward
+    import distributed
     import plumbing
     import train
     from rollout import HFEngine, SamplingParams
@@ -263,7 +264,7 @@ def build(out_lines: list[str]) -> None:
         """One train.update_policy step from the start weights; returns the new log-probs (G, T) and stats."""
         model.load_state_dict(start)
         optimizer = torch.optim.AdamW(model.parameters(), lr=DEMO_LR, weight_decay=step_cfg.weight_decay, betas=(0.9, 0.999))
-        stats = train.update_policy(model, optimizer, step_batch, step_cfg, plumbing.Dist(), device, pad_id)
+        stats = train.update_policy(model, optimizer, step_batch, step_cfg, distributed.Dist(), device, pad_id)
         model.eval()
         with torch.no_grad():
             lp, _ = forward.logprobs(model, inputs, step_cfg)  # (G, T)

@@ -44,10 +44,11 @@ def main(models: Path, out: Path) -> None:
     from torch.distributed.tensor import DTensor
 
     import loading
+    import distributed
     import plumbing
 
     register()
-    dist, device = plumbing.init_distributed("cpu")
+    dist, device = distributed.init_distributed("cpu")
     torch.set_num_threads(1)
     local = lambda t: (t.to_local() if isinstance(t, DTensor) else t).detach()  # noqa: E731
     res: dict = {"world": dist.world}
@@ -130,7 +131,7 @@ def main(models: Path, out: Path) -> None:
         except (OSError, ValueError) as e:
             res[f"error/{name}"] = f"{type(e).__name__}: {e}"
     (out / f"rank{dist.rank}.json").write_text(json.dumps(res))
-    plumbing.close_distributed(dist)
+    distributed.close_distributed(dist)
 
 
 if __name__ == "__main__":

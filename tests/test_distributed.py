@@ -88,13 +88,14 @@ def test_resume_on_other_shards_is_refused(tmp_path):
 GROUP_CHECK = r'''
 import json, os, sys, types
 import torch.distributed as dist
+import distributed
 import plumbing
 from rollout import SamplingParams
 from vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-engine = types.SimpleNamespace(group=plumbing.new_engine_group(2))  # the check reads only the engine's group
+engine = types.SimpleNamespace(group=distributed.new_engine_group(2))  # the check reads only the engine's group
 out = {"ranks": dist.get_process_group_ranks(engine.group)}
 cases = {  # (prompts, seed) per rank; only group [0, 1] is given different requests
     "same": ([[5, 6, 7], [8]], 11),
@@ -105,7 +106,7 @@ for name, (prompts, seed) in cases.items():
     try:
         VLLMEngine._same_request_in_group(engine, "generate", prompts, SamplingParams(n=2, max_new_tokens=4, seed=seed))
         out[name] = "accepted"
-    except plumbing.GroupMismatchError as e:
+    except distributed.GroupMismatchError as e:
         out[name] = str(e)
 with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import cli
+import distributed
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
@@ -192,11 +193,11 @@ def test_paired_bootstrap_needs_a_real_difference():
 @FEW
 @given(st.integers(1, 40), st.integers(1, 9))
 def test_shard_then_unshard_is_identity_with_equal_work(n, world):
-    shards = [plumbing.shard(n, r, world) for r in range(world)]
+    shards = [distributed.shard(n, r, world) for r in range(world)]
     assert len({len(idx) for idx, _ in shards}) == 1  # every rank makes the same generate calls
     parts = [[i for i in idx[:real]] for idx, real in shards]
     assert sorted(i for p in parts for i in p) == list(range(n))  # each problem exactly once
-    assert plumbing.unshard(parts, world) == list(range(n))
+    assert distributed.unshard(parts, world) == list(range(n))
 
 
 # --- evaluate() with a scripted engine --------------------------------------------------------------------
@@ -293,14 +294,14 @@ def test_ranks_split_and_gather_like_one_process(world, tp, monkeypatch):
         barrier.wait()
         return out
 
-    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
+    monkeypatch.setattr(distributed, "all_gather_objects", fake_all_gather)
     engines, results = [ScriptedEngine(SCRIPT) for _ in range(world)], [None] * world
     for e in engines:
         e.tp = tp
 
     def run(r):
         results[r] = ev.evaluate(engines[r], FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True,
-                                 dist=plumbing.Dist(r, world))
+                                 dist=distributed.Dist(r, world))
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
     for t in threads:

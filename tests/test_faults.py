@@ -32,6 +32,7 @@ import torch
 
 import dapo
 import forward
+import distributed
 import plumbing
 import rollout
 import vllm_engine
@@ -209,18 +210,18 @@ def test_hf_engine_with_qwen_instruct_defaults_samples_the_plain_softmax(tmp_pat
     assert _max_gap(model, prompts, samples, T, tok.pad_token_id) < 1e-4
 
 
-def test_ignored_fields_are_named_once_by_make_engine_and_eval(tmp_path, base_dir, capsys):
+def test_ignored_fields_are_named_once_by_build_engine_and_eval(tmp_path, base_dir, capsys):
     import eval as evaluation
 
     model_dir = _with_generation_fields(base_dir, tmp_path / "r", {"repetition_penalty": 1.1, "top_k": 20})
     model, tok = plumbing.load_policy(str(model_dir), CPU)
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device=CPU, seed=0, max_model_len=128)
-    engine = rollout.make_engine("hf", **kw)  # the factory train.py and eval.py use
+    engine = plumbing.build_engine("hf", **kw)  # the factory train.py and eval.py use
     assert isinstance(engine, rollout.HFEngine)
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if l.startswith("[engine]")]
     assert len(lines) == 1 and "repetition_penalty=1.1" in lines[0] and "top_k=20" in lines[0] and "ignored" in lines[0]
-    rollout.make_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
+    plumbing.build_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
     assert "[engine]" not in capsys.readouterr().err
 
     engine, _ = evaluation.make_engine("hf", model_dir, evaluation.ModelSettings(model=str(model_dir)), evaluation.EvalConfig(),
@@ -312,7 +313,7 @@ def _sub(batch: train.Batch, idx: list[int], G: int) -> train.Batch:
 def _update(model0, batch, cfg, pad_id):
     model = copy.deepcopy(model0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.9, 0.999))
-    stats = train.update_policy(model, opt, batch, cfg, plumbing.Dist(), CPU, pad_id)
+    stats = train.update_policy(model, opt, batch, cfg, distributed.Dist(), CPU, pad_id)
     return model, opt, stats
 
 
@@ -357,7 +358,7 @@ def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
     model0, tok = policy
     model = copy.deepcopy(model0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    stats = train.update_policy(model, opt, _batch(tok, 2, 4, seed=1, filtered={0, 1}), CFG3, plumbing.Dist(), CPU,
+    stats = train.update_policy(model, opt, _batch(tok, 2, 4, seed=1, filtered={0, 1}), CFG3, distributed.Dist(), CPU,
                                 tok.pad_token_id)
     assert _bit_equal([p.detach() for p in model.parameters()], [p.detach() for p in model0.parameters()])
     assert not opt.state  # AdamW never stepped: no exp_avg, exp_avg_sq or step
@@ -371,10 +372,10 @@ def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
 _RANKS_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-import dapo, plumbing, train
+import dapo, distributed, plumbing, train
 torch.set_num_threads(1)
 cfg = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=4, micro_batch_size=2, lr=1e-2, weight_decay=0.1)
-dist, device = plumbing.init_distributed(cfg.device)
+dist, device = distributed.init_distributed(cfg.device)
 model, tok = plumbing.load_policy("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards when distributed
 opt = torch.optim.SGD(model.parameters(), lr=1e-2)  # linear in the gradient: 1 and 2 ranks agree to rounding
 g = torch.Generator().manual_seed(0)
@@ -387,7 +388,7 @@ stats = train.update_policy(model, opt, batch, cfg, dist, device, tok.pad_token_
 plumbing.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]), dist, {})
 if dist.main:
     print("STATS " + json.dumps({k: stats[k] for k in ("policy/optimizer_steps", "policy/skipped_minibatches")}))
-plumbing.close_distributed(dist)  # a barrier first: a rank that tears down gloo while its peer still writes
+distributed.close_distributed(dist)  # a barrier first: a rank that tears down gloo while its peer still writes
 # can abort with "terminate called without an active exception" (seen once on 2 cores)
 """
 

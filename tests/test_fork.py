@@ -19,6 +19,7 @@ import random
 import torch
 
 import dapo
+import distributed
 import plumbing
 import train
 import verifier
@@ -101,7 +102,7 @@ def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     for mode in ("token-mean", "token-sum"):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, loss_agg=mode), plumbing.Dist(), "cpu",
+        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, loss_agg=mode), distributed.Dist(), "cpu",
                                     tok.pad_token_id)
         assert stats["policy/optimizer_steps"] == 1
         moves[mode] = torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), model0.parameters())])

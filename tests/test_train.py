@@ -16,6 +16,7 @@ import math
 import pytest
 import torch
 
+import distributed
 import plumbing
 import train
 import verifier
@@ -104,7 +105,7 @@ def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
                  dict(micro_batch_size=5, pack_micro_batches=True), dict(micro_batch_tokens=60, pack_micro_batches=True)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(), torch.device("cpu"),
+        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), distributed.Dist(), torch.device("cpu"),
                             tok.pad_token_id)
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in model0.parameters()])
@@ -127,7 +128,7 @@ def test_update_with_each_surrogate_is_invariant_to_micro_batching(tiny, surroga
     for over in (dict(micro_batch_size=8), dict(micro_batch_size=3), dict(micro_batch_tokens=40)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        stats.append(train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(),
+        stats.append(train.update_policy(model, opt, batch, dataclasses.replace(base, **over), distributed.Dist(),
                                          torch.device("cpu"), tok.pad_token_id))
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert stats[0]["policy/optimizer_steps"] == 2 and stats[0]["policy/approx_kl"] > 0  # mini-batch 2 is off-policy
@@ -161,9 +162,9 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
     stream = train.PromptStream(len(data), 0)
     if policy == "error":
         with pytest.raises(RuntimeError, match="dynamic sampling kept 0/2 groups after 3 rounds"):
-            train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
+            train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, distributed.Dist(), tok, Task(), [])
         return
-    out = train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
+    out = train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, distributed.Dist(), tok, Task(), [])
     assert out.kept == [] and out.stats["groups/gen_rounds"] == 3 and out.stats["groups/exhausted"] == 1.0
     assert len(out.generated) == 9 and stream.position == 9
 
@@ -183,7 +184,7 @@ def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
     old = train.score_group(data.problems[0], data.prompt_ids[0], [Sample([5, 1], "stop")] * 4, cfg, Task(), tok)
     old.policy_version, old.kept = 0, True
     buffer = [old]
-    out = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(), tok,
+    out = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(data), 0), data, cfg, distributed.Dist(), tok,
                                Task(), buffer)
     assert out.kept == [] and out.stats["groups/exhausted"] == 1.0
     assert buffer == [old] and old.kept and out.stats["groups/buffered"] == 1
@@ -226,14 +227,14 @@ def _collect_on_ranks(world, engines, data, cfg, tok, monkeypatch):
         barrier.wait()
         return out
 
-    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
+    monkeypatch.setattr(distributed, "all_gather_objects", fake_all_gather)
     results = [None] * world
 
     def run(r):
         try:
             results[r] = train.collect_groups(0, engines[r], train.PromptStream(len(data), 0), data, cfg,
-                                              plumbing.Dist(r, world), tok, Task(), [])
-        except plumbing.GroupMismatchError as e:
+                                              distributed.Dist(r, world), tok, Task(), [])
+        except distributed.GroupMismatchError as e:
             results[r] = e
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
@@ -254,7 +255,7 @@ def test_engine_groups_share_requests_and_equal_one_process(tiny, monkeypatch):
                        gen_shards=2)
     data = _tiny_data(tok, cfg, 40)
     answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
-    one = train.collect_groups(0, _SeededEngine(tok, answers), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(),
+    one = train.collect_groups(0, _SeededEngine(tok, answers), train.PromptStream(len(data), 0), data, cfg, distributed.Dist(),
                                tok, Task(), [])
     engines = [_SeededEngine(tok, answers, tp=2) for _ in range(4)]
     ranks = _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch)
@@ -276,7 +277,7 @@ def test_engine_group_whose_ranks_drew_different_tokens_stops(tiny, monkeypatch)
     answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
     engines = [_SeededEngine(tok, answers, tp=2, diverge=(r == 3)) for r in range(4)]
     for err in _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch):  # every rank stops, none hangs
-        assert isinstance(err, plumbing.GroupMismatchError)
+        assert isinstance(err, distributed.GroupMismatchError)
         assert "ranks [2, 3] (engine group 1) drew different tokens for shard 1" in str(err)
 
 

@@ -292,13 +292,13 @@ def test_only_the_listed_harmless_vllm_messages_are_quieted():
     assert shown("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
 
 
-def test_make_engine_dispatch(policy, model_dir):
+def test_build_engine_dispatch(policy, model_dir):
     # Only the argument checks and the one "auto" rule: a second in-process vLLM engine would cost another start-up.
     model, tok = policy
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device="cpu", seed=0, max_model_len=MAX_MODEL_LEN)
     with pytest.raises(ValueError, match="--engine must be one of"):
-        rollout.make_engine("sglang", **kw)
-    assert isinstance(rollout.make_engine("hf", **kw), rollout.HFEngine)
+        plumbing.build_engine("sglang", **kw)
+    assert isinstance(plumbing.build_engine("hf", **kw), rollout.HFEngine)
     assert rollout.resolve_engine("auto") == "vllm" and rollout.resolve_engine("hf") == "hf"  # vLLM is installed here
 
 
