@@ -18,8 +18,9 @@ then `train`, whose loop names each stage:
   6. one clipped, token-level optimizer step per mini-batch                     update_policy
   7. hand the new weights to the generation engine                              rollout.sync_engine
 
-The math of each stage is one function of dapo.py; processes, model loading, FSDP2, checkpoints
-and log files are in plumbing.py, which a first reading can skip. How this code departs from the
+The math of each stage is one function of dapo.py; the forward passes are in forward.py; building
+the policy and its engine, processes, checkpoints and log files are in plumbing.py, distributed.py,
+loading.py and runlog.py, which a first reading can skip. How this code departs from the
 paper and the official code: docs/algorithm.md "Departures from the paper and the official code".
 """
 
