@@ -62,7 +62,7 @@ def answer_classes(answers: list[str | None], same=operator.eq) -> list[int | No
     comparison per (distinct string, class), and a tolerance that is not transitive (a decimal
     within 5e-6 of two different values) cannot chain classes together.
 
-    Source of the rule: facebookresearch/deepconf issue 15 (votes on raw strings split one value
+    Source of the rule: facebookresearch/deepconf#15 (votes on raw strings split one value
     written as "\\frac{1}{2}", "0.5" and "1/2" into three, so two copies of a wrong "3" win).
     """
     reps: list[str] = []  # (classes,) the first answer of each class

@@ -23,12 +23,12 @@ float32 (131 GB) cannot be built whole on every rank before FSDP2 shards it, so 
 This is the pattern of torchtitan (torchtitan/trainer.py, initial_load_in_hf) and prime-rl
 (src/prime_rl/trainer/model.py, load_dcp_from_hf). The traps each step guards against, every one
 a test in tests/test_loading.py: `to_empty` memory read as a rotary table (pytorch/torchtitan PR
-3772, huggingface/transformers issue 45902: loss at ln V, positions silently lost); buffers cast to
+3772, huggingface/transformers#45902: loss at ln V, positions silently lost); buffers cast to
 bf16 with the weights (NovaSky-AI/SkyRL PR 1725); tied embeddings silently untied, the embedding
 then getting only half its gradient (verl-project/verl PR 7835), or sharded unevenly in two FSDP
-groups (pytorch/pytorch issue 176076: keep them in the root group); a checkpoint whose tensors do
+groups (pytorch/pytorch#176076: keep them in the root group); a checkpoint whose tensors do
 not match the model, which `from_pretrained` only warns about and fills with random values
-(huggingface/accelerate issue 3870).
+(huggingface/accelerate#3870).
 Saving final/ goes the other way: the shards are gathered to rank 0 alone (gather_on_rank0).
 """
 

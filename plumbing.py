@@ -178,7 +178,7 @@ def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
     Works on a built model or on the meta device (loading.load_sharded calls it before any
     weight exists). The root group holds the embeddings and the output head, so tied embeddings
     are one parameter of one group (torch 2.13 refuses a parameter shared between two groups;
-    pytorch/pytorch issue 176076). Mixed precision on GPU: bf16 compute and communication of parameters,
+    pytorch/pytorch#176076). Mixed precision on GPU: bf16 compute and communication of parameters,
     fp32 gradient reduction and fp32 master weights (the optimizer sees fp32 shards). CPU stays
     fp32 (gloo). Reads cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
 

@@ -117,7 +117,7 @@ def test_maj_at_k_takes_the_verdict_of_the_winning_answer():
 
 
 def test_math_mode_vote_groups_equal_values():
-    """facebookresearch/deepconf issue 15: truth 1/2 and the answers \\frac{1}{2}, 0.5, 1/2, 3, 3. On raw
+    """facebookresearch/deepconf#15: truth 1/2 and the answers \\frac{1}{2}, 0.5, 1/2, 3, 3. On raw
     strings the two 3s win (wrong); by the verifier's equality the three spellings of 1/2 win (right)."""
     preds = ["\\frac{1}{2}", "0.5", "1/2", "3", "3"]
     correct = [True, True, True, False, False]
