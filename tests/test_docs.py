@@ -1,5 +1,6 @@
-"""docs/metrics.md against the code: every metric a run logs is documented, and every documented
-metric is logged by a run here or named below with the condition that logs it.
+"""The documentation against the code: every metric a run logs is in docs/metrics.md and every one
+there is logged by a run here or named below with the condition that logs it; every reference to a
+page and section, and every relative link, resolves; docs/tests.md has a row per test file.
 
 Kind: a documentation contract. Three short runs of the real loop (the default DAPO step with the
 probe, surplus reuse and the dual clip; GSPO under the bypass objective; a generator process at lag
@@ -142,3 +143,28 @@ def test_docs_tests_page_names_every_test_file():
     page = (REPO / "docs" / "tests.md").read_text()
     missing = sorted(p.name for p in (REPO / "tests").glob("test_*.py") if f"`{p.name}`" not in page)
     assert not missing, f"docs/tests.md has no row for {missing}"
+
+
+def test_every_page_and_section_reference_resolves():
+    """`docs/<page>.md "<section>"` and `README "<section>"` anywhere in the repository name a heading
+    that exists (a heading starting with the quoted words); every relative Markdown link names a file."""
+    files = [p for p in REPO.rglob("*") if p.suffix in (".py", ".md", "") and p.is_file()
+             and not any(part.startswith(".") or part in ("runs", "assets", "__pycache__") for part in p.relative_to(REPO).parts)]
+    files.append(REPO / ".ci" / "run")
+    bad = []
+    for f in files:
+        text = f.read_text(errors="replace")
+        for m in re.finditer(r'((?:docs/)?[A-Za-z_]+\.md|README) "([^"]+)"', text):
+            page = REPO / (m.group(1) if m.group(1).endswith(".md") else "README.md")
+            if not page.exists() and (f.parent / m.group(1)).exists():
+                page = f.parent / m.group(1)
+            section = " ".join(m.group(2).split())
+            if section.startswith("<"):
+                continue  # a placeholder, as in this docstring
+            heads = [" ".join(l.lstrip("#").split()) for l in page.read_text().splitlines() if l.startswith("#")] if page.exists() else []
+            if not any(h.startswith(section) for h in heads):
+                bad.append(f"{f.relative_to(REPO)}: {m.group(1)} \"{section}\"")
+        if f.suffix == ".md":
+            bad += [f"{f.relative_to(REPO)}: link {t}" for t in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+                    if not t.startswith(("http://", "https://")) and not (f.parent / t).exists()]
+    assert not bad, "references that resolve to no page or heading:\n" + "\n".join(bad)
