@@ -2,13 +2,23 @@
 
 DAPO = Decoupled Clip and Dynamic sAmpling Policy Optimization (Yu et al., 2025,
 arXiv 2503.14476). Read this file top to bottom: it is the whole algorithm. Everything else in
-the repository (generation, verification, the loop, FSDP, logging) is plumbing around it.
+the repository (generation, verification, the loop, FSDP, logging) is plumbing around it. The
+sections after dynamic_sampling_keep (the successors CISPO and GSPO, the off-policy correction)
+go beyond the paper and can wait for a second reading. "The official code" is the authors' own
+release: verl's recipe/dapo and its scripts.
 
 Shape letters used in every docstring and shape comment:
     B  sequences (responses) in a batch, B = n_groups * G, groups contiguous
     G  group size: responses sampled per prompt
     T  response tokens (padded); prompts are never part of these tensors
     V  vocabulary size
+    M  responses of one optimizer step on this rank (several micro-batches)
+
+Notation: r = pi_theta / pi_old, the token's importance ratio; pi_old (called pi_prox in the
+off-policy section) is the learner before this rollout step's updates; mu is the sampler that
+generated the response when it is not pi_old (asynchronous generation); o_i is response i and
+|o_i| its length in tokens; sg(x) is stop-gradient (x.detach()); "loss tokens" are the response
+tokens with mask == 1.
 
 Each DAPO intervention is one function with one config switch (train.py `Config`):
 
@@ -167,9 +177,9 @@ def policy_loss(
 
     Returns:
         loss_tok: (B, T) float32, per-token loss, exactly 0 where mask == 0.
-        stats: python floats over masked tokens: clipfrac_low (A < 0 and r < 1 - eps_low),
+        stats: python floats over loss tokens: clipfrac_low (A < 0 and r < 1 - eps_low),
             clipfrac_high (A > 0 and r > 1 + eps_high), clipfrac_dual (A < 0 and r > c),
-            ratio_mean, ratio_max, approx_kl (k3 estimator mean of (r - 1) - log r).
+            ratio_mean, ratio_max, approx_kl (k3 = (r - 1) - log r, Schulman's low-variance KL estimate, mean).
 
     Raises:
         ValueError: bad clip range or dual_clip, mismatched shapes.
@@ -181,7 +191,7 @@ def policy_loss(
         )
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be None or > 1 (official scripts: 10), got {dual_clip}")
-    valid, adv, log_ratio = _loss_inputs(logp, old_logp, advantages, mask)  # (B, T), (B, 1) or (B, T), (B, T)
+    valid, adv, log_ratio = _loss_inputs(logp, old_logp, advantages, mask)  # valid, adv, log_ratio as documented there
     ratio = torch.exp(log_ratio)  # (B, T)
 
     unclipped = -adv * ratio  # (B, T)
@@ -206,9 +216,10 @@ def policy_loss(
 
 def _loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Shape checks and the first lines of every surrogate: valid (B, T) bool, adv float32 (B, 1) or
-    (B, T), log r (B, T) float32: 0 at mask == 0 (garbage there never makes inf * 0 = NaN), clamped
-    to +-LOG_RATIO_CLAMP (exp() stays finite; beyond it the gradient is 0). Raises ValueError."""
+    """Shape checks and the first lines of every surrogate. Returns valid (B, T) bool; adv (B, 1) or
+    (B, T) float32; log_ratio (B, T) float32, 0 where mask == 0 (garbage there never makes
+    inf * 0 = NaN) and clamped to +-LOG_RATIO_CLAMP (exp() stays finite; beyond it the gradient
+    is 0). Raises ValueError on mismatched shapes."""
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.ndim != 2:
         raise ValueError(
             f"logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)} and mask "
@@ -258,7 +269,7 @@ def loss_denominators(response_tokens: torch.Tensor, group_index: torch.Tensor) 
         (sums, per_response):
         sums: {"num_tokens", "num_seqs", "num_groups"} python floats over this rank's M responses;
             under torchrun the caller sums each over all ranks (all_reduce SUM) to get the step's.
-        per_response: {"group_num_tokens": (M,) float32}, the masked-token count of each
+        per_response: {"group_num_tokens": (M,) float32}, the loss-token count of each
             response's whole group (complete on each rank, since groups do not span ranks).
 
     Raises:
@@ -292,8 +303,9 @@ def aggregate_loss(
     (eq. 8) divides the sum over all tokens by the total token count, so every token weighs the
     same. Modes:
 
-        "token-mean"           sum(loss) / num_tokens, num_tokens = masked tokens of the whole
-                               optimizer step. What the official code does (per batch).
+        "token-mean"           sum(loss) / num_tokens, num_tokens = loss tokens of the whole
+                               optimizer step. What the official code does: one count over the
+                               whole mini-batch.
         "group-token-mean"     paper-literal eq. 8: each group's token sum over that group's token
                                count, then the mean over groups. Differs from "token-mean" when
                                groups have different total lengths.
@@ -316,10 +328,10 @@ def aggregate_loss(
         loss_tok: (B, T) float, per-token loss from policy_loss (0 at mask == 0).
         mask: (B, T) bool or {0, 1} float, tokens that count.
         mode: one of LOSS_AGG_MODES.
-        num_tokens: masked-token count of the whole optimizer step ("token-mean").
+        num_tokens: loss-token count of the whole optimizer step ("token-mean").
         num_seqs: response count of the whole optimizer step (the "seq-mean-*" modes).
         max_len: response token budget (the Dr. GRPO constant), "seq-mean-token-sum-norm" only.
-        group_num_tokens: (B,) float, masked-token count of each response's whole group
+        group_num_tokens: (B,) float, loss-token count of each response's whole group
             ("group-token-mean" only).
         num_groups: group count of the whole optimizer step ("group-token-mean" only).
 
@@ -379,8 +391,8 @@ def overlong_penalty(
         0                                       if |y| <= L_max - L_cache
         ((L_max - L_cache) - |y|) / L_cache     if L_max - L_cache < |y| <= L_max
         -1                                      if |y| > L_max
-    times penalty_factor. A response that runs into the buffer is punished in proportion to how
-    far it went, instead of a truncated answer being scored like a wrong one.
+    times penalty_factor. The penalty grows linearly over the last L_cache tokens of the budget, so
+    length is punished gradually instead of only at the cutoff.
 
     Args:
         lengths: (B,) int, response lengths in tokens (EOS included when generated).
@@ -401,8 +413,8 @@ def overlong_penalty(
         )
     if penalty_factor < 0:
         raise ValueError(f"penalty_factor must be >= 0, got {penalty_factor}")
-    expected = max_len - buffer_len
-    over = (lengths.float() - expected).clamp(min=0.0, max=float(buffer_len))  # (B,) tokens into the buffer
+    penalty_start = max_len - buffer_len  # L_max - L_cache: longer responses are punished
+    over = (lengths.float() - penalty_start).clamp(min=0.0, max=float(buffer_len))  # (B,) tokens into the buffer
     return -penalty_factor * over / buffer_len  # (B,) reaches -factor exactly at and beyond max_len
 
 
@@ -411,7 +423,7 @@ def overlong_filter(mask: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor
 
     Paper section 3.4 (Fig. 5): a response cut off by the length budget says nothing reliable
     about whether its reasoning was wrong, so its tokens are left out of the loss. They still
-    count in their group's reward mean and std (the paper is silent; this follows the ports).
+    count in their group's reward mean and std (the paper is silent; the reimplementations we know keep them, and so does this one).
     "Truncated" must come from the engine's finish reason, never from pad == eos
     (docs/PITFALLS.md, failure 4).
 
@@ -458,9 +470,9 @@ def dynamic_sampling_keep(correct: torch.Tensor, group_size: int) -> torch.Tenso
 
 
 # --- after DAPO: CISPO and GSPO (not in the paper; --surrogate, default "clip" = policy_loss) -----------
-# policy_loss's contract (logp, old_logp, advantages, mask -> loss (B, T), stats), so aggregation,
-# both overlong treatments, dynamic sampling and offpolicy_loss compose with them unchanged. Both
-# act only once the ratio leaves 1 (mini-batches 2 and later of a rollout step, a policy lag).
+# Both take policy_loss's arguments and return what it returns, so aggregation, both overlong
+# treatments, dynamic sampling and offpolicy_loss compose with them unchanged. They differ from it
+# only once the ratio leaves 1 (mini-batch 2 onward of a rollout step, or a lagging sampler).
 
 
 def cispo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
@@ -629,7 +641,8 @@ def behaviour_weight(
             are equal (if C >= 1).
         stats: python floats over the N tokens with mask == 1: weight_mean/min/max (of w);
             capped_frac or masked_frac (share whose weight before the cap is > C; the other mode's is 0);
-            ess = (sum w)^2 / (N sum w^2): 1 if all w are equal and > 0, 1/N if one is, 0 if none;
+            ess = (sum w)^2 / (N sum w^2), the effective sample size as a share of N: 1 if all w
+            are equal and > 0, 1/N if one is, 0 if none;
             behav_kl = mean of (r - 1) - log r, r = pi_prox / mu per token (at either level): the k3
             estimate of KL(mu || pi_prox) from samples of mu (J. Schulman, http://joschu.net/blog/kl-approx.html).
             N = 0: weight stats and ess 1, the others 0.

@@ -12,9 +12,10 @@ cut and laid out so that long responses fit in memory and padding costs no compu
                                  or packed into one row without padding, and the one map that
                                  brings every per-token output back to (response, position)
   scheduling                     mini-batches split across ranks, micro-batches by count or token
-                                 budget, the same number of passes on every rank; the optimizer step
+                                 budget, the same number of passes on every rank; the old
+                                 log-probs of a batch (OldLogprobs); the optimizer step
 
-Callers: train.update_policy and train.OldLogprobs (training), generator.probe_logprobs and
+Callers: train.update_policy and OldLogprobs (training), generator.probe_logprobs and
 vllm_engine.VLLMEngine.sync_gap (the trainer's side of a weight-sync check), via `logprobs` and
 `sequence_logprobs`.
 """
@@ -23,12 +24,13 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import types
 from dataclasses import dataclass
 
 import torch
 
-from distributed import Dist, all_reduce_max
+from distributed import Dist, all_reduce_max, all_reduce_sum
 
 PASS_METHOD = "dapo_token_logprobs"  # the model method `attach` adds (run inside the FSDP2 root's forward)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
@@ -495,13 +497,89 @@ def split_minibatches(batch, mini_batch_size: int, dist: Dist) -> list[list[int]
 
 
 def micro_batches_all_ranks(mb: list[int], batch, cfg, dist: Dist) -> list[tuple[list[int], float]]:
-    """(micro-batch, weight) pairs of a mini-batch: every rank runs the same number of forward passes
-    (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds zero-weight passes
-    over its shortest response. A collective (all ranks call it)."""
+    """(micro-batch, real_pass) pairs of a mini-batch: every rank runs the same number of forward passes
+    (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds padding passes
+    (real_pass 0.0, 1.0 otherwise) over its shortest response. A collective (all ranks call it)."""
     micros = micro_batches(mb, batch, cfg)
     n_passes = int(all_reduce_max(len(micros), dist))
     spare = [min(mb, key=lambda i: tokens_of(batch, i))] if mb else []
     return [(m, 1.0) for m in micros] + [(spare, 0.0)] * (n_passes - len(micros))
+
+
+class OldLogprobs:
+    """Old log-probs per response of a train.Batch (log pi_old, the learner before this update: the
+    weights that generated the batch when generation is inline), the entropy of the sampling
+    distribution, the gap to the sampler's own log-probs, and the behaviour weight's diagnostics;
+    used by train.update_policy (DAPO step 5)."""
+
+    def __init__(self, batch):
+        self.batch, self.logp, self.sampler_diff = batch, {}, []
+        self.entropy = [0.0, 0.0]  # sum over response tokens, tokens
+        self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
+
+    def compute(self, model, rows: list[int], cfg, dist: Dist, device, pad_id: int) -> None:
+        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode; a collective under FSDP."""
+        model.eval()
+        with torch.no_grad():
+            for micro, real_pass in micro_batches_all_ranks(rows, self.batch, cfg, dist):
+                inputs = micro_batch(self.batch, micro, pad_id, device, cfg)
+                lp, ent = logprobs(model, inputs, cfg)  # (b, T), (b, T)
+                if real_pass:  # a padding pass only keeps the ranks in step
+                    self._record(micro, lp, ent, inputs.real)
+        model.train()
+
+    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
+        self._record(micro, logp, ent, real)
+        return logp.detach()
+
+    def rows(self, micro: list[int], like: torch.Tensor) -> torch.Tensor:
+        """(b, T) old log-probs of a micro-batch, 0 on padding (a padding pass reuses micro 0)."""
+        out = torch.zeros_like(like)  # (b, T)
+        for r, i in enumerate(micro):
+            out[r, : len(self.logp[i])] = self.logp[i].to(like.device)
+        return out
+
+    def sampler_rows(self, micro: list[int], old_logp: torch.Tensor) -> torch.Tensor:
+        """(b, T) the sampler's log-probs; rows without them take the old log-probs (weight 1)."""
+        out = old_logp.clone()  # (b, T)
+        for r, i in enumerate(micro):
+            if self.batch.sampler_logp[i] is not None:
+                out[r, : len(self.batch.sampler_logp[i])] = torch.tensor(self.batch.sampler_logp[i], device=out.device)
+        return out
+
+    def count_weights(self, st: dict, n: float) -> None:
+        """Add one pass's behaviour-weight stats (dapo.behaviour_weight, over its n loss tokens) to the step's."""
+        if n <= 0 or "ess" not in st:
+            return
+        w = self.weights
+        w_sum = st["weight_mean"] * n
+        w["sq"] += w_sum**2 / (n * st["ess"]) if st["ess"] > 0 else 0.0  # ess = (sum w)^2 / (n sum w^2)
+        w["n"], w["sum"], w["over"] = w["n"] + n, w["sum"] + w_sum, w["over"] + (st["capped_frac"] + st["masked_frac"]) * n
+        w["min"], w["max"], w["kl"] = min(w["min"], st["weight_min"]), max(w["max"], st["weight_max"]), w["kl"] + st["behav_kl"] * n
+
+    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
+        self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
+        for r, i in enumerate(micro):
+            self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
+            if self.batch.sampler_logp[i] is not None:
+                self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
+
+    def metrics(self, dist: Dist) -> dict:
+        """policy/entropy (of the generating weights, per response token forwarded), sampler/logprob_absdiff_*
+        and, with the sampler's log-probs in the loss, the behaviour weight's offpolicy/* (all ranks)."""
+        n_tok, ent = all_reduce_sum(self.entropy[1], dist), all_reduce_sum(self.entropy[0], dist)
+        out = {"policy/entropy": ent / n_tok} if n_tok > 0 else {}
+        if self.sampler_diff:
+            d = torch.cat(self.sampler_diff)
+            out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
+        w = {k: (all_reduce_max(v, dist) if k == "max" else -all_reduce_max(-v, dist) if k == "min" else all_reduce_sum(v, dist))
+             for k, v in self.weights.items()}
+        if w["n"] > 0:  # pi_old / pi_sampler over loss tokens: 1 when the sampler is the learner (docs/metrics.md)
+            out |= {"offpolicy/weight_mean": w["sum"] / w["n"], "offpolicy/weight_min": w["min"], "offpolicy/weight_max": w["max"],
+                    "offpolicy/over_cap_frac": w["over"] / w["n"], "offpolicy/kl_k3": w["kl"] / w["n"],
+                    "offpolicy/ess": w["sum"] ** 2 / (w["n"] * w["sq"]) if w["sq"] > 0 else 0.0}
+        return out
 
 
 def clip_and_step(model, optimizer, grad_clip: float, stats: dict) -> float:

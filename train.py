@@ -47,7 +47,7 @@ import rollout
 import runlog
 import verifier
 from cli import F
-from distributed import Dist, all_reduce_max, all_reduce_sum
+from distributed import Dist, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task
 
@@ -92,10 +92,11 @@ class Config:
     tiny_heldout_seed: int = F(0, "--eval_data tiny: seed of the held-out problems, fixed so every run evaluates the same")
     # sampling
     group_size: int = F(8, "[G] responses per prompt (paper 16)")
-    prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512)")
+    prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512 groups = 8192 responses)")
     gen_prompts_per_round: int = F(24, "prompts generated per dynamic-sampling round (paper 1536)")
     max_gen_rounds: int = F(4, "generation rounds per step before `on_exhausted` applies (paper 10)")
-    on_exhausted: str = F("partial", "when rounds run out: 'error' (official), 'partial' (train on what was kept), 'skip'")
+    on_exhausted: str = F("partial", "when rounds run out: 'error' (official), 'partial' (train on what was kept), "
+                          "'skip' (train on nothing this step)")
     max_response_len: int = F(48, "[L_max] response token budget, EOS included (paper 20480)")
     temperature: float = F(1.0, "training sampling temperature (paper 1.0)")
     top_p: float = F(1.0, "training nucleus top_p (paper 1.0)")
@@ -105,7 +106,8 @@ class Config:
     dual_clip: float = F(0.0, "[c] dual-clip cap for negative advantages; 0 = off (official scripts 10)")
     dynamic_sampling: bool = F(True, "keep only groups with 0 < correct < G (Dynamic Sampling)")
     loss_agg: str = F("token-mean", f"loss aggregation, one of {dapo.LOSS_AGG_MODES}; GRPO: seq-mean-token-mean")
-    overlong_filter: bool = F(False, "mask the loss of truncated responses (paper 3.4; later replaced by the penalty)")
+    overlong_filter: bool = F(False, "mask the loss of truncated responses (paper 3.4; on in Table 1 rows 2-6, off here: "
+                              "the soft punishment alone)")
     overlong_penalty: bool = F(True, "add the soft overlong punishment to the reward (paper eq. 13)")
     overlong_buffer: int = F(8, "[L_cache] soft punishment buffer in tokens (paper 4096)")
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
@@ -132,13 +134,16 @@ class Config:
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
     weight_decay: float = F(0.0, "AdamW weight decay (scripts 0.1)")
     grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
-    mini_batch_size: int = F(64, "responses per optimizer step (paper 512 = 16 optimizer steps per rollout step)")
+    mini_batch_size: int = F(64, "responses per optimizer step (paper 512 of 8192: 16 optimizer steps per rollout step; "
+                             "here 64 of 128: 2)")
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
-    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count: real tokens (prompt + "
-                                "response) packed, (longest prompt + longest response) x responses padded")
+    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count, counted as real tokens "
+                                "(prompt + response) when packed, or (longest prompt + longest response) x responses "
+                                "when padded")
     logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine (memory: chunk x vocabulary x 4 B)")
     pack_micro_batches: bool = F(False, "one row of unpadded sequences per micro-batch instead of padded rows (no shared prompt "
-                                 "pass); slower on CPU, where sdpa scores the whole row (bench/bench_packing.py): for flash-attn")
+                                 "pass); slower on CPU, where sdpa scores the whole row (bench/bench_packing.py); meant for "
+                                 "flash-attn on GPU")
     share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse its KV "
                                    "cache for the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
@@ -146,7 +151,7 @@ class Config:
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
                               "a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, bypass/decoupled); with --engine hf "
-                               "this holds every step's logits during generation: off for long answers")
+                               "this holds every step's logits during generation: turn off for long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
     vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run one "
                      "engine together (N must divide the number of processes) and generation work is split across "
@@ -262,7 +267,7 @@ class Group:
     seed: int = 0  # seed of the generation request that produced the group
     policy_version: int = 0  # weight version that generated it (inline: the rollout step it was generated in)
     gen_shard: int = 0  # prompt shard of its round (the seed is derived from it)
-    gen_group: int = 0  # engine group that generated it (= rank with one engine per process)
+    gen_group: int = 0  # engine that generated it (= rank with one engine per process)
     done_at: float = 0.0  # time.time() when its generation round finished
     admission: str = "inline"  # why it was admitted: generated by the learner, or within --max_policy_lag
     lag_s: float = 0.0  # seconds from done_at to the step that trained on it
@@ -293,8 +298,9 @@ def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], 
                                        penalty_factor=cfg.overlong_factor)  # (G,)
     else:
         r_over = torch.zeros(len(samples))  # (G,)
-    return Group(problem, prompt_ids, samples, scores, r_over, r_correct + r_over,
-                 torch.tensor([s.correct for s in scores]), gen_round, gen_wall_s, group_id)
+    return Group(problem=problem, prompt_ids=prompt_ids, samples=samples, scores=scores, reward_overlong=r_over,
+                 reward=r_correct + r_over, correct=torch.tensor([s.correct for s in scores]), gen_round=gen_round,
+                 gen_wall_s=gen_wall_s, group_id=group_id)
 
 
 @dataclass
@@ -312,8 +318,9 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
-    (seed, step, round, c) by engine group c % groups (a group: one rank, or the `engine.tp` ranks
-    of one tensor-parallel vLLM engine, which all submit it), so the same run on 1 or N processes
+    (seed, step, round, c) by engine c % n_engines (an engine: one rank, or the `engine.tp` ranks of
+    one tensor-parallel vLLM engine, which all submit it; distributed.py calls these ranks an engine
+    group, not to be confused with a group of G responses), so the same run on 1 or N processes
     draws the same rollouts (for equal gen_shards). Every rank receives every group, each once
     (distributed.gather_engine_shards), so all ranks make the same keep/stop decision and no
     collective can hang (docs/PITFALLS.md, failures 3 and 13).
@@ -336,8 +343,8 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     buffer[:] = fresh[cfg.prompts_per_step :]
     generated, stats, rounds = [], {"time/score": 0.0, "time/generate": 0.0}, 0
     params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
-    n_groups, my_group = dist.world // engine.tp, dist.rank // engine.tp
-    n_shards = n_shards or cfg.gen_shards or n_groups
+    n_engines, my_engine = dist.world // engine.tp, dist.rank // engine.tp
+    n_shards = n_shards or cfg.gen_shards or n_engines
     version = step if version is None else version
     while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
         rnd, rounds = rounds, rounds + 1
@@ -346,10 +353,10 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
         if not cfg.dynamic_sampling and cfg.max_rollout_age == 0:
             wanted = min(wanted, cfg.prompts_per_step - len(kept))
         idx = stream.take(wanted)  # (same on every rank)
-        per = math.ceil(len(idx) / n_shards)
+        shard_size = math.ceil(len(idx) / n_shards)
         local = []
-        for c in range(my_group, n_shards, n_groups):  # shard c on engine group c % groups
-            shard = idx[c * per : (c + 1) * per]
+        for c in range(my_engine, n_shards, n_engines):  # shard c on engine c % n_engines
+            shard = idx[c * shard_size : (c + 1) * shard_size]
             seed = request_seed(cfg.seed, step, rnd, c)
             samples, wall = rollout.timed_generate(engine, [data.prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
             local.append((c, seed, wall, shard, samples))
@@ -360,10 +367,10 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
             for i, s in zip(shard, samples):
                 g = score_group(data.problems[i], data.prompt_ids[i], s, cfg, task, tokenizer, gen_round=rnd, gen_wall_s=wall,
                                 group_id=f"{step}-{rnd}-{len(round_groups)}")
-                g.seed, g.policy_version, g.gen_shard, g.gen_group, g.done_at = seed, version, c, c % n_groups, time.time()
+                g.seed, g.policy_version, g.gen_shard, g.gen_group, g.done_at = seed, version, c, c % n_engines, time.time()
                 round_groups.append(g)
         stats["time/score"] += time.perf_counter() - t0
-        stats["time/generate"] += max(x[2] for x in shards)
+        stats["time/generate"] += max(wall for _, _, wall, _, _ in shards)  # the slowest engine
         generated.extend(round_groups)
         # --- DAPO: Dynamic Sampling. The filter is on correctness, never on the shaped reward.
         correct = torch.cat([g.correct for g in round_groups])  # (round prompts * G,)
@@ -458,18 +465,17 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     minibatches = forward.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
     den = [step_denominators(batch, mb, dist) for mb in minibatches]  # ({counts over all ranks}, {per-row counts})
     trained = [m for m, (counts, _) in enumerate(den) if counts["num_tokens"] > 0]  # the same list on every rank
-    stats, old = {}, OldLogprobs(batch)
-    # 5. Old log-probs: those of the weights that generated the batch, recomputed by the trainer.
-    # The first trained mini-batch is trained on before any optimizer step, while the weights still
-    # are those weights: its old log-probs are its own forward pass's (ratio exactly 1). Only the
-    # later mini-batches need this separate pass.
+    stats, old = {}, forward.OldLogprobs(batch)  # old log-probs, entropy, sampler gap per response
+    # 5. Old log-probs: the learner's before this update (inline: the weights that generated the batch),
+    # recomputed by the trainer. The first trained mini-batch trains before any optimizer step, so its old
+    # log-probs are its own forward pass's (ratio exactly 1); only later mini-batches need this pass.
     t0 = time.perf_counter()
     old.compute(model, [i for m in trained[1:] for i in minibatches[m]], cfg, dist, device, pad_id)
     stats["time/old_logprobs"] = time.perf_counter() - t0
 
     # 6. One optimizer step per mini-batch.
     t0 = time.perf_counter()
-    params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),  # of the loss
+    params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),  # surrogate's args
               "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
               "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
     keys = ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean") + (
@@ -479,26 +485,27 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     for m in trained:
         mb, (counts, per_row) = minibatches[m], den[m]
         row_of = {i: r for r, i in enumerate(mb)}
-        for micro, weight in forward.micro_batches_all_ranks(mb, batch, cfg, dist):
+        for micro, real_pass in forward.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
             inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
             logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
             mask = inputs.mask  # (b, T) loss mask
-            first = m == trained[0] and weight  # no optimizer step yet: old = this pass, detached
+            first = m == trained[0] and real_pass  # no optimizer step yet: old = this pass, detached
             old_logp = old.first_pass(micro, logp, ent, inputs.real) if first else old.rows(micro, logp)  # (b, T)
             adv = batch.advantages[micro].to(device)  # (b,)
             behav = old.sampler_rows(micro, old_logp) if cfg.offpolicy_objective != "naive" else None  # (b, T) mu
+            # defaults (objective "naive", surrogate "clip"): exactly dapo.policy_loss(logp, old_logp, adv, mask, **params)
             loss_tok, st = dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective,
                                                cap=cfg.offpolicy_cap, weight_mode=cfg.offpolicy_weight_mode,
                                                surrogate=cfg.surrogate, **params)
-            old.count_weights(st, float(mask.sum()) * weight)  # the behaviour weight's diagnostics, over loss tokens
+            old.count_weights(st, float(mask.sum()) * real_pass)  # the behaviour weight's diagnostics, over loss tokens
             loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
                                        **{k: v[[row_of[i] for i in micro]].to(device) for k, v in per_row.items()})
             # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
-            (loss * weight * dist.world).backward()
-            share = weight * float(mask.sum()) / counts["num_tokens"]  # this pass's share of the tokens
-            sums["loss"] += weight * float(loss.detach())
+            (loss * real_pass * dist.world).backward()
+            share = real_pass * float(mask.sum()) / counts["num_tokens"]  # this pass's share of the tokens
+            sums["loss"] += real_pass * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
-                sums[k] += st[k] * (weight * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
+                sums[k] += st[k] * (real_pass * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
         norms.append(forward.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
     if trained:
@@ -514,80 +521,6 @@ def step_denominators(batch: Batch, mb: list[int], dist: Dist) -> tuple[dict, di
     tokens = batch.mask_rows[mb] * torch.tensor([len(batch.response_ids[i]) for i in mb], dtype=torch.float32)  # (m,)
     counts, per_row = dapo.loss_denominators(tokens, batch.group_index[mb])
     return {k: all_reduce_sum(v, dist) for k, v in counts.items()}, per_row
-
-
-class OldLogprobs:
-    """Old log-probs per response (log pi_old, the weights that generated the batch), the entropy
-    of the sampling distribution, and the gap to the sampler's own log-probs."""
-
-    def __init__(self, batch: Batch):
-        self.batch, self.logp, self.sampler_diff = batch, {}, []
-        self.entropy = [0.0, 0.0]  # sum over response tokens, tokens
-        self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
-
-    def compute(self, model, rows: list[int], cfg: Config, dist: Dist, device, pad_id: int) -> None:
-        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode; a collective under FSDP."""
-        model.eval()
-        with torch.no_grad():
-            for micro, weight in forward.micro_batches_all_ranks(rows, self.batch, cfg, dist):
-                inputs = forward.micro_batch(self.batch, micro, pad_id, device, cfg)
-                lp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
-                if weight:  # a zero-weight pass only keeps the ranks in step
-                    self._record(micro, lp, ent, inputs.real)
-        model.train()
-
-    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
-        self._record(micro, logp, ent, real)
-        return logp.detach()
-
-    def rows(self, micro: list[int], like: torch.Tensor) -> torch.Tensor:
-        """(b, T) old log-probs of a micro-batch, 0 on padding (a zero-weight padding pass reuses micro 0)."""
-        out = torch.zeros_like(like)  # (b, T)
-        for r, i in enumerate(micro):
-            out[r, : len(self.logp[i])] = self.logp[i].to(like.device)
-        return out
-
-    def sampler_rows(self, micro: list[int], old_logp: torch.Tensor) -> torch.Tensor:
-        """(b, T) the sampler's log-probs; rows without them take the old log-probs (weight 1)."""
-        out = old_logp.clone()  # (b, T)
-        for r, i in enumerate(micro):
-            if self.batch.sampler_logp[i] is not None:
-                out[r, : len(self.batch.sampler_logp[i])] = torch.tensor(self.batch.sampler_logp[i], device=out.device)
-        return out
-
-    def count_weights(self, st: dict, n: float) -> None:
-        """Add one pass's behaviour-weight stats (dapo.behaviour_weight, over its n loss tokens) to the step's."""
-        if n <= 0 or "ess" not in st:
-            return
-        w = self.weights
-        w_sum = st["weight_mean"] * n
-        w["sq"] += w_sum**2 / (n * st["ess"]) if st["ess"] > 0 else 0.0  # ess = (sum w)^2 / (n sum w^2)
-        w["n"], w["sum"], w["over"] = w["n"] + n, w["sum"] + w_sum, w["over"] + (st["capped_frac"] + st["masked_frac"]) * n
-        w["min"], w["max"], w["kl"] = min(w["min"], st["weight_min"]), max(w["max"], st["weight_max"]), w["kl"] + st["behav_kl"] * n
-
-    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
-        self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
-        for r, i in enumerate(micro):
-            self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
-            if self.batch.sampler_logp[i] is not None:
-                self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
-
-    def metrics(self, dist: Dist) -> dict:
-        """policy/entropy (of the generating weights, per response token forwarded), sampler/logprob_absdiff_*
-        and, with the sampler's log-probs in the loss, the behaviour weight's offpolicy/* (all ranks)."""
-        n_tok, ent = all_reduce_sum(self.entropy[1], dist), all_reduce_sum(self.entropy[0], dist)
-        out = {"policy/entropy": ent / n_tok} if n_tok > 0 else {}
-        if self.sampler_diff:
-            d = torch.cat(self.sampler_diff)
-            out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
-        w = {k: (all_reduce_max(v, dist) if k == "max" else -all_reduce_max(-v, dist) if k == "min" else all_reduce_sum(v, dist))
-             for k, v in self.weights.items()}
-        if w["n"] > 0:  # pi_old / pi_sampler over loss tokens: 1 when the sampler is the learner (docs/metrics.md)
-            out |= {"offpolicy/weight_mean": w["sum"] / w["n"], "offpolicy/weight_min": w["min"], "offpolicy/weight_max": w["max"],
-                    "offpolicy/over_cap_frac": w["over"] / w["n"], "offpolicy/kl_k3": w["kl"] / w["n"],
-                    "offpolicy/ess": w["sum"] ** 2 / (w["n"] * w["sq"]) if w["sq"] > 0 else 0.0}
-        return out
 
 
 # --- the loop ---------------------------------------------------------------------------------------
@@ -623,7 +556,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                                                         step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
-            rollouts = source.next(step)
+            rollouts = source.next(step)  # collect_groups, inline or in the generator process
             engine.sleep()  # colocated vLLM on GPU: free its memory for the update (no-op otherwise)
             stats |= rollouts.stats | runlog.rollout_metrics(rollouts.generated, rollouts.kept, step, cfg)
             # --- DAPO 4: group advantages; overlong filtering of the loss mask
@@ -633,7 +566,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             plumbing.step_schedule(scheduler)  # warm-up counts rollout steps
             # --- DAPO 7: hand the new weights on: rollouts of step + 1 (or, with a lag, later) come from them
             engine.wake()
-            stats |= source.publish(model, step + 1)  # vLLM: streamed, then checked against the trainer
+            stats |= source.publish(model, step + 1)  # rollout.sync_engine (vLLM: streamed, then checked)
             run.end_step(step, stats, rollouts, batch, source.buffer, probe_records)  # records, metrics, non-finite streak
             if run.checkpoint_due(step) or source.failed:  # --save_every, the last step, the time budget, SIGINT/SIGTERM,
                 # or a generator process that died during publish: keep the step just trained, then next() raises

@@ -132,8 +132,10 @@ def build(out_lines: list[str]) -> None:
       "numbers. Read it next to `dapo.py`.\n")
     w("| setting | value | paper |\n|---|---|---|")
     for name, val, paper in [
-            ("group size G", G, "16"), ("response budget L_max (tokens, EOS included)", MAX_RESPONSE_LEN, "20480"),
-            ("soft-punishment buffer L_cache (tokens)", OVERLONG_BUFFER, "4096"),
+            ("group size G", G, "16"),
+            ("response budget L_max (tokens, EOS included)",
+             f"{MAX_RESPONSE_LEN} (train.py default {train.Config.max_response_len}; the ladder's budget)", "20480"),
+            ("soft-punishment buffer L_cache (tokens)", f"{OVERLONG_BUFFER} (train.py default {train.Config.overlong_buffer})", "4096"),
             ("clip range eps_low / eps_high", f"{EPS_LOW} / {EPS_HIGH}", "0.2 / 0.28"),
             ("loss aggregation", cfg.loss_agg, "token-level (eq. 8)"),
             ("sampling temperature / top_p", "1.0 / 1.0", "1.0 / 1.0"),
@@ -145,7 +147,8 @@ def build(out_lines: list[str]) -> None:
     w("## 0. Choosing the group\n")
     w(f"Problems of `{data_name}` are tried in dataset order; the G answers to problem i are sampled with seed "
       f"{SEARCH_SEED} + i. The first group that is mixed (some right, some wrong), holds a truncated answer and a "
-      f"finished one inside the buffer ({expected} < length <= {MAX_RESPONSE_LEN}), and has at least "
+      f"finished one inside the buffer (the last L_cache tokens of the budget, where the soft punishment of section 3 "
+      f"applies: {expected} < length <= {MAX_RESPONSE_LEN}), and has at least "
       f"{MIN_DISTINCT_LENGTHS} different lengths is used: problem index {index}, seed {seed}. The {index} groups "
       "passed over on the way are a small sample of what a training step sees:\n")
     w("| kind of group | count | dynamic sampling would |\n|---|---|---|")
@@ -214,9 +217,12 @@ def build(out_lines: list[str]) -> None:
           f"{r4(r_correct[i])} | {r4(adv_grpo[i])} |")
     up_wrong = [i for i in range(G) if not correct[i] and adv_dapo[i] > 0]
     if up_wrong:
-        w(f"\nNote answers {up_wrong}: wrong, yet with a **positive** DAPO advantage. They are wrong but short, the "
-          "other wrong answers are wrong and longer, and the right answers lost most of their +1 to the length "
-          "penalty, so the group mean sits below them. The soft punishment mixes a length signal into the "
+        n_right = int(correct.sum())
+        w(f"\nNote answer{'s' if len(up_wrong) > 1 else ''} {', '.join(map(str, up_wrong))}: wrong, yet with a "
+          f"**positive** DAPO advantage: {'they are' if len(up_wrong) > 1 else 'it is'} wrong but short, the other "
+          f"wrong answers are wrong and longer, and {'the right answers' if n_right > 1 else 'the one right answer'} "
+          f"lost most of {'their' if n_right > 1 else 'its'} +1 to the length penalty, so the group mean sits below "
+          f"{'them' if len(up_wrong) > 1 else 'it'}. The soft punishment mixes a length signal into the "
           "advantage; on this task, where a right answer's length is fixed by the problem, that signal can point "
           "the wrong way. GRPO gives every wrong answer the same negative advantage.")
     mask_rows = dapo.overlong_filter(torch.ones(G, 1), truncated)[:, 0]  # (G,)
@@ -307,7 +313,7 @@ def build(out_lines: list[str]) -> None:
     for i in shown:
         n = int(lengths[i])
         w(f"### Answer {i}: A = {r4(adv_dapo[i])} ({'right' if correct[i] else 'wrong'}, {n} tokens)\n")
-        w("| t | token | old log-prob | new log-prob | ratio | DAPO clip (0.8, 1.28) | PPO/GRPO clip (0.8, 1.2) | "
+        w("| t | token | old log-prob | new log-prob | ratio | DAPO clip (0.8, 1.28) | symmetric clip (0.8, 1.2) on these ratios | "
           "ratio after a GRPO step |\n|---|---|---|---|---|---|---|---|")
         for t in range(n):
             token = tok.decode([int(resp[i, t])])
@@ -325,7 +331,7 @@ def build(out_lines: list[str]) -> None:
       f"`{cell(tok.decode([int(resp[gi, gt])]))}` (old probability {r4(old_logp[gi, gt].exp())}): ratio "
       f"{r4(ratio[gi, gt])} after the DAPO step, {r4(ratio_grpo[gi, gt])} after the GRPO step. Every answer here "
       "shares its first tokens with others, so a token's fate is decided by the advantages of all the answers "
-      "that contain it; the shaped reward of section 5 moves those advantages, and with them the direction of "
+      "that contain it; the shaped reward of section 3 moves those advantages, and with them the direction of "
       "the step.\n")
 
     # --- 8. what the clip stopped ----------------------------------------------------------------------------------
@@ -333,7 +339,7 @@ def build(out_lines: list[str]) -> None:
     w("A token is stopped when its gradient through `policy_loss` is 0: A > 0 and r > 1 + eps_high (it already "
       "grew enough: the high side), or A < 0 and r < 1 - eps_low (it already shrank enough: the low side). "
       "The other two cases are never clipped (min() picks the unclipped, more pessimistic term). Clip-Higher "
-      f"changes only the high side, {1 + EPS_LOW:.2f} -> {1 + EPS_HIGH:.2f}: tokens of right answers whose "
+      f"changes only the high side, {1 + EPS_LOW:.2f} -> {1 + EPS_HIGH:.2f}: tokens with A > 0 whose "
       f"ratio lies in ({1 + EPS_LOW:.2f}, {1 + EPS_HIGH:.2f}] keep their gradient under DAPO and lose it under "
       "PPO/GRPO's symmetric clip. Those are the low-probability tokens the paper wants free to grow (3.1).\n")
     w("| i | A | tokens | ratio min | ratio max | DAPO stopped high | DAPO stopped low | PPO stopped high | "
@@ -349,7 +355,9 @@ def build(out_lines: list[str]) -> None:
       f"{int((stop_dapo & ~high).sum())} on the low side (`policy_loss` stats: clipfrac_high "
       f"{r4(st_dapo['clipfrac_high'])}, clipfrac_low {r4(st_dapo['clipfrac_low'])}); the symmetric clip would "
       f"have stopped {int((stop_ppo & high).sum())} and {int((stop_ppo & ~high).sum())} (clipfrac_high "
-      f"{r4(st_ppo['clipfrac_high'])}). Clip-Higher left {int(freed.sum())} token(s) free to keep growing.\n")
+      f"{r4(st_ppo['clipfrac_high'])}). Clip-Higher left {int(freed.sum())} token(s) free to keep growing."
+      + (" In this group no ratio of an A > 0 token fell in that interval, so the two clips agree here; "
+         "docs/results.md \"The ablation ladder\" shows the effect over a run." if int(freed.sum()) == 0 else "") + "\n")
 
     # --- 9. after DAPO: the same ratios under CISPO and GSPO ---------------------------------------------------------
     n_loss = float(mask.sum())
@@ -387,7 +395,7 @@ def build(out_lines: list[str]) -> None:
       f"({lo_band:.4f}, {hi_band:.4f}): an answer outside the band on the side its advantage pushes towards gets no "
       "gradient on any token. Below, every column uses the same ratios (those after the step of section 7, what a "
       "second mini-batch would see) and the same advantages (DAPO's, section 5), so the columns differ only in the "
-      "loss; GRPO is its clip (0.8, 1.2) with the sample-level mean. Each number is the push on a token, "
+      "loss; the GRPO column is the symmetric clip (0.8, 1.2) with the sample-level mean, on DAPO's advantages. Each number is the push on a token, "
       f"-d(loss)/d log pi_t, times the N = {int(n_loss)} loss tokens (so DAPO's push at r = 1 is A itself); 0 means "
       "the surrogate set that token's gradient to 0.\n")
     w(f"At r = 1 (the first mini-batch of a rollout step, before any optimizer step) the pushes computed the same "
@@ -426,7 +434,7 @@ def build(out_lines: list[str]) -> None:
     w("## Summary: the same group under GRPO and DAPO\n")
     w("| stage | plain GRPO | DAPO |\n|---|---|---|")
     w(f"| rewards (answers 0..{G - 1}) | {', '.join(r4(x) for x in r_correct)} | {', '.join(r4(x) for x in group.reward)} |")
-    w(f"| truncated answers | scored -1, like any wrong answer | scored -2 (wrong, and past L_max); with overlong "
+    w(f"| truncated answers | scored -1, like any wrong answer | scored -2 (wrong, and reached L_max); with overlong "
       f"filtering left out of the loss: answers {filtered} |")
     w(f"| advantages | {', '.join(r4(a) for a in adv_grpo)} | {', '.join(r4(a) for a in adv_dapo)} |")
     w(f"| group kept | always (so are the {tried['all wrong'] + tried['all right']} all-wrong/all-right groups of "
