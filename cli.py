@@ -17,6 +17,8 @@ import sys
 import torch
 
 import dapo
+import rollout
+import verifier
 
 DEBUG_ENV = "DAPO_DEBUG"  # set to 1 to see the full traceback of a bad-input error
 
@@ -96,8 +98,6 @@ def check_config(cfg) -> None:
     Raises:
         ValueError: the first rule broken.
     """
-    import rollout
-
     world = int(os.environ.get("WORLD_SIZE", "1"))
     engine = rollout.resolve_engine("auto") if cfg.engine == "auto" else cfg.engine
     for fails, message in _config_rules(cfg, world, engine):  # in order: later rules divide by earlier sizes
@@ -107,9 +107,6 @@ def check_config(cfg) -> None:
 
 def _config_rules(c, world: int, engine: str):
     """(fails, message) for each rule of check_config, lazily: a message is formatted only when reached."""
-    import rollout
-    import verifier
-
     inf = math.inf
     yield (c.steps < 0, f"--steps must be >= 0, got {c.steps}")
     yield (c.seed < 0, f"--seed must be >= 0 (numpy's generators refuse negative seeds), got {c.seed}")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as tdist
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -36,8 +37,6 @@ def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if "RANK" not in os.environ:
         return Dist(), torch.device("cuda" if use_cuda else "cpu")
-    import torch.distributed as tdist
-
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:
         torch.cuda.set_device(local)
@@ -142,8 +141,6 @@ def engine_groups(world: int, tp: int) -> list[list[int]]:
 
 def new_engine_group(tp: int):
     """This rank's group of `engine_groups` as a gloo process group (a collective: every rank calls it)."""
-    import torch.distributed as tdist
-
     mine, _ = tdist.new_subgroups_by_enumeration(engine_groups(tdist.get_world_size(), tp), backend="gloo")
     return mine
 
@@ -153,8 +150,6 @@ def assert_same_in_group(key, group, what: str) -> None:
 
     key: any picklable value (e.g. (seed, hash of the prompts)). A collective over `group`.
     """
-    import torch.distributed as tdist
-
     keys = [None] * tdist.get_world_size(group)
     tdist.all_gather_object(keys, key, group=group)
     if any(k != keys[0] for k in keys):

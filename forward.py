@@ -29,6 +29,7 @@ import types
 from dataclasses import dataclass
 
 import torch
+from torch.distributed.fsdp import register_fsdp_forward_method
 
 from distributed import Dist, all_reduce_max, all_reduce_sum
 
@@ -183,8 +184,6 @@ def attach(model) -> None:
         raise ValueError(f"{type(model).__name__} post-processes its logits ({post}); the trainer computes log-probs "
                          "as hidden @ W^T and would silently differ from the model: not supported")
     setattr(model, PASS_METHOD, types.MethodType(_model_logprobs, model))
-    from torch.distributed.fsdp import register_fsdp_forward_method
-
     register_fsdp_forward_method(model, PASS_METHOD)
 
 

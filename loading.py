@@ -39,6 +39,12 @@ import re
 from pathlib import Path
 
 import torch
+import torch.distributed as tdist
+import torch.distributed.checkpoint as dcp
+import transformers
+from safetensors import safe_open
+from torch.distributed.tensor import DTensor, Shard
+from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
 WEIGHTS_INDEX = "model.safetensors.index.json"
 
@@ -54,8 +60,6 @@ def model_config(path: str, *, trust_remote_code: bool = False):
             pickled .bin/.pt weights is refused: loading a pickle can run code).
         ValueError: config.json names an architecture this transformers does not know.
     """
-    from transformers import AutoConfig
-
     d = Path(path)
     if not (d / "config.json").is_file():
         raise FileNotFoundError(f"--model {path}: no config.json; pass a Hugging Face model directory (config.json + "
@@ -69,8 +73,6 @@ def model_config(path: str, *, trust_remote_code: bool = False):
     try:
         return AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (ValueError, KeyError) as e:  # an unknown model_type: transformers' message spans a paragraph
-        import transformers
-
         kind = json.loads((d / "config.json").read_text()).get("model_type")
         raise ValueError(f"--model {path}: config.json names model_type {kind!r}, which transformers "
                          f"{transformers.__version__} does not know ({type(e).__name__}); install a transformers that "
@@ -83,8 +85,6 @@ def meta_model(path: str, *, trust_remote_code: bool = False):
     Raises FileNotFoundError / ValueError as model_config, or ValueError for a config of a model
     that is not a causal LM.
     """
-    from transformers import AutoModelForCausalLM
-
     config = model_config(path, trust_remote_code=trust_remote_code)
     with torch.device("meta"):
         try:
@@ -103,8 +103,6 @@ def weight_files(d: Path) -> list[Path]:
 
 def checkpoint_tensors(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
     """{tensor name: (file name, shape)} of a directory's safetensors files, from their headers only."""
-    from safetensors import safe_open
-
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for f in weight_files(Path(path)):
         with safe_open(str(f), framework="pt") as st:
@@ -171,8 +169,6 @@ def load_whole(path: str, device: torch.device, *, trust_remote_code: bool = Fal
     Raises FileNotFoundError / ValueError as model_config and check_tensors, or for tied
     embeddings stored twice with different values (which from_pretrained unties with a warning).
     """
-    from transformers import AutoModelForCausalLM
-
     check_tensors(meta_model(path, trust_remote_code=trust_remote_code), path, checkpoint_tensors(path))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True,
                                                  trust_remote_code=trust_remote_code).to(device)
@@ -196,10 +192,6 @@ def load_sharded(path: str, device: torch.device, shard, *, trust_remote_code: b
     Raises FileNotFoundError / ValueError as model_config and check_tensors, or when a
     non-persistent buffer cannot be rebuilt (rebuild_buffers), or for a tie the values break.
     """
-    import torch.distributed as tdist
-    import torch.distributed.checkpoint as dcp
-    from transformers import GenerationConfig
-
     model = meta_model(path, trust_remote_code=trust_remote_code)
     stray = sorted(set(Path(path).glob("*.safetensors")) - set(weight_files(Path(path))))
     if stray:  # HuggingFaceStorageReader reads every .safetensors file of the directory, listed or not
@@ -279,9 +271,6 @@ def gather_on_rank0(model, rank: int, world: int) -> dict[str, torch.Tensor] | N
     Raises:
         ValueError: a parameter FSDP2 did not shard on dimension 0 (wrap_fsdp always does).
     """
-    import torch.distributed as tdist
-    from torch.distributed.tensor import DTensor, Shard
-
     tied = tied_names(model)
     out = {} if rank == 0 else None
     for name, t in model.state_dict().items():

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+import tiny
 from estimators import paired_bootstrap, problem_scores
 from task import Dataset, Problem, Task
 
@@ -52,8 +53,6 @@ def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:
     index = {p.id: i for i, p in enumerate(data.problems)}
     rows, ignored = [], 0  # rows: (original index, style, Problem)
     if spec == "tiny" or spec.startswith("tiny:"):
-        import tiny
-
         if not data.name.startswith("tiny:"):
             raise ValueError(f"--paraphrases {spec!r} rewords the tiny task's problems (--data tiny), not {data.name}: for "
                              "other data pass a .jsonl of paraphrases keyed by problem id")

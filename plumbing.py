@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import loading
 import rollout
@@ -126,8 +128,6 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
 
     Raises FileNotFoundError (not a directory) or ValueError (the tokenizer corrupts a probe text).
     """
-    from transformers import AutoTokenizer
-
     path = path or str(DEFAULT_MODEL)
     if not Path(path).is_dir():
         raise FileNotFoundError(f"--model {path!r} is not a directory with an HF model (config.json + safetensors)")
@@ -136,8 +136,6 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     if tok_class == "PreTrainedTokenizerFast":
         # AutoTokenizer would rebuild a plain tokenizers-library tokenizer as the model family's own
         # (qwen2: byte-level BPE) and silently mangle text (tiny.build_tokenizer); load it as it was saved.
-        from transformers import PreTrainedTokenizerFast
-
         tokenizer = PreTrainedTokenizerFast.from_pretrained(path)
         tokenizer.dapo_plain_fast = True  # save_hf writes the class back (transformers 5 would not)
     else:
@@ -188,8 +186,6 @@ def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
         set_activation_checkpointing(model, True)
     if dist.world == 1:
         return model
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
     kw = {}
     if device.type == "cuda" and cfg.bf16:
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)

@@ -330,7 +330,7 @@ def _series(run: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
 def _line_plot(runs, names, panels, path: Path, title: str) -> bool:
     """One figure of stacked panels; each panel overlays `(key, label, linestyle)` lines of every run
     (colour = run). Returns False (and writes nothing) when no run logged any of the keys."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional heavy dependency: only the plots need it
     from matplotlib.ticker import MaxNLocator
 
     if not any(len(_series(r, k)[0]) for r in runs for _, lines in panels for k, _, _ in lines):
@@ -359,7 +359,7 @@ def _line_plot(runs, names, panels, path: Path, title: str) -> bool:
 def _length_heatmap(runs, names, path: Path) -> bool:
     """Per-step histogram of response lengths from rollouts.jsonl, one panel per run (heatmaps
     cannot overlay): colour = share of that step's rollouts in the length bin."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional heavy dependency: only the plots need it
 
     have = [(r, n) for r, n in zip(runs, names) if r["rollouts"]]
     if not have:
@@ -389,7 +389,7 @@ def _length_heatmap(runs, names, path: Path) -> bool:
 
 def _time_plot(runs, names, path: Path) -> bool:
     """Seconds per phase, stacked, one panel per run (stacks cannot overlay) on a shared y axis."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # optional heavy dependency: only the plots need it
     from matplotlib.ticker import MaxNLocator
 
     if not any(len(_series(r, k)[0]) for r in runs for k in PHASES):
@@ -412,7 +412,7 @@ def _time_plot(runs, names, path: Path) -> bool:
 
 def write_plots(runs: list[dict], names: list[str], out: Path) -> tuple[list[str], list[str]]:
     """Every PNG of the report; returns (file names written, notes on plots skipped and why)."""
-    import matplotlib
+    import matplotlib  # optional heavy dependency: only the plots need it
 
     matplotlib.use("Agg")  # files only, no display
     probe_keys = sorted({k for r in runs for m in r["metrics"] for k in m if k.startswith("probe/")})

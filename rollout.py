@@ -21,6 +21,7 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -28,6 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import transformers
+from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+import verifier
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
 
@@ -207,8 +212,6 @@ class HFEngine(Engine):
         raw logits of every step until the batch ends: turn off for long answers and large
         vocabularies)."""
         super().__init__()
-        import transformers
-
         self.version = transformers.__version__
         self.model, self.tokenizer = model, tokenizer
         self.max_batch, self.return_logprobs, self.synced_gpus = max_batch, return_logprobs, synced_gpus
@@ -247,8 +250,6 @@ class HFEngine(Engine):
         for i, p in enumerate(prompts):
             ids[i, P - len(p) :] = torch.tensor(p)
             attn[i, P - len(p) :] = 1
-        from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
-
         with_logprobs = self.logprobs_available(params)
         processors = LogitsProcessorList()  # greedy requests (temperature 0): none, generate takes the argmax
         if params.temperature > 0:  # transformers' own warpers, as with do_sample=True; then our draw
@@ -403,8 +404,6 @@ def group_records(g, *, run_id: str, learner_version: int, advantages, engine: E
     advantages: (G,) of a trained group, or None. cfg: temperature, top_p, max_response_len,
     verifier. prov: dataset, dataset_hash, template_hash, model_id.
     """
-    import verifier
-
     out = []
     for si, (s, sc) in enumerate(zip(g.samples, g.scores)):
         out.append(RolloutRecord(
@@ -435,8 +434,6 @@ class _GenerationConfigOf:
     generation fields (None when the file is absent)."""
 
     def __init__(self, model_dir: str):
-        from transformers import GenerationConfig
-
         has = (Path(model_dir) / "generation_config.json").exists()
         self.generation_config = GenerationConfig.from_pretrained(model_dir) if has else None
 
@@ -450,8 +447,6 @@ def resolve_engine(name: str) -> str:
 
     Raises ValueError: an unknown name, or "vllm" without vLLM installed.
     """
-    import importlib.util
-
     if name not in ENGINES:
         raise ValueError(f"--engine must be one of {ENGINES}, got {name!r}")
     has_vllm = importlib.util.find_spec("vllm") is not None

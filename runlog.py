@@ -14,6 +14,8 @@ Plumbing a learner may skip on first reading (with plumbing.py). What a run dire
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import json
 import math
 import os
@@ -26,19 +28,19 @@ import time
 import warnings
 from pathlib import Path
 
-import dataclasses
-import datetime
-
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from tqdm import tqdm
 
 import eval as evaluation  # measuring a model (the name shadows the builtin only here)
 import rollout
 import verifier
-from rollout import SamplingParams
 from cli import RunStopped
 from distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
 from plumbing import save_hf
+from rollout import RolloutWriter, SamplingParams
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -53,9 +55,6 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     Written into a temporary directory renamed into place, so a crash mid-write never leaves a
     checkpoint that loads wrongly; `latest` names the newest; only the newest `keep` are kept.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     root = run_dir / "checkpoints"
     final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
     if dist.main:
@@ -111,9 +110,6 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
         ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change,
             or this number of processes would cut generation rounds into other shards.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
     trainer = json.loads((path / "trainer_state.json").read_text())
     saved = {**defaults, **trainer["config"]}
     saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
@@ -295,8 +291,6 @@ class RunLog:
     FILES = ("metrics.jsonl", "rollouts.jsonl", "probe_rollouts.jsonl")
 
     def __init__(self, run_dir: Path, meta: dict, dist: Dist, *, start: int, tensorboard: bool, wandb_project: str):
-        from rollout import RolloutWriter
-
         self.dist, self.tb, self.wb = dist, None, None
         if not dist.main:
             return
@@ -425,8 +419,6 @@ class Run:
 
     def steps(self):
         """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
-        from tqdm import tqdm
-
         self.bar = tqdm(range(self.start, self.cfg.steps), disable=not self.dist.main, dynamic_ncols=True, desc="dapo",
                         initial=self.start, total=self.cfg.steps)
         self.t_run = time.perf_counter()

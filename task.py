@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
+import tiny
 import verifier
 
 # The official DAPO instruction around a bare problem: the user prompt of every row of DAPO-Math-17k
@@ -129,8 +131,6 @@ class Task:
                 true drops them instead), or no usable row.
         """
         if spec == "tiny":
-            import tiny
-
             n = max(limit, cfg.tiny_heldout_size) if held_out else cfg.tiny_train_size
             rows = tiny.make_split(n, held_out=held_out, seed=cfg.tiny_heldout_seed if held_out else cfg.seed)
             # The tiny task's problems carry their own format (tiny.py): no instruction is added.
@@ -239,8 +239,6 @@ class Task:
 
 def _read_parquet(path: Path) -> tuple[list[Problem], list[str]]:
     """Rows of a parquet in the official DAPO layout; (problems, descriptions of bad rows)."""
-    import pyarrow.parquet as pq
-
     try:
         rows = pq.read_table(path).to_pylist()
     except Exception as e:  # pyarrow raises several types for unreadable files

@@ -31,6 +31,9 @@ import random
 import re
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models
+from transformers import PreTrainedTokenizerFast
+
 
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny-base"
 TASK_VERSION = "column-add-v1"  # bump whenever problem generation or the split changes
@@ -167,9 +170,6 @@ def build_tokenizer():
     would rebuild it as Qwen's own byte-level BPE and silently mangle the text ("What is 23+58?"
     came back without its spaces), so it is saved and loaded as PreTrainedTokenizerFast.
     """
-    from tokenizers import Tokenizer, decoders, models
-    from transformers import PreTrainedTokenizerFast
-
     vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
     core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=None, fuse_unk=False))
     core.add_special_tokens(SPECIAL)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM
 
 import eval as evaluation
 import train
@@ -26,8 +27,6 @@ from tiny import ASSET_DIR, TASK_VERSION, build_tokenizer, make_split, save_plai
 
 def build_model(vocab_size: int, seed: int = 0):
     """Qwen2-architecture decoder, 1.23M parameters (3 layers, width 192, tied embeddings)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     torch.manual_seed(seed)
     cfg = Qwen2Config(
         vocab_size=vocab_size, hidden_size=192, intermediate_size=512, num_hidden_layers=3,

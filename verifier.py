@@ -182,9 +182,11 @@ import collections
 import functools
 import itertools
 import json
+import logging
 import math
 import os
 import re
+import resource
 import select
 import subprocess
 import sys
@@ -1542,7 +1544,7 @@ def _install_number_rule(grader) -> None:
     Raises:
         RuntimeError: the installed math-verify has no grader.sympy_numeric_eq (another version).
     """
-    import sympy
+    import sympy  # heavy (about a second): only the math worker, which alone compares expressions, imports it
 
     needed = ("sympy_numeric_eq", "is_atomic_or_pct_atomic", "safe_sympy_doit")
     missing = [name for name in needed if not hasattr(grader, name)]
@@ -1605,9 +1607,6 @@ _WARM_UP = (
 def _math_worker_main() -> None:
     """The worker loop (runs in the subprocess). Only LaTeX extraction is enabled in math-verify:
     its plain-expression extractor calls sympy's parse_expr, which uses eval()."""
-    import logging
-    import resource
-
     resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # stray prints from libraries go to stderr, never into the protocol
