@@ -42,9 +42,10 @@ TINY = REPO / "assets" / "tiny-base"
 RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=16,
                     num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
 JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
-             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "4", "--max_response_len", "16",
-             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--share_prompt_forward", "false", "--lr", "1e-5",
-             "--tiny_train_size", "2000"]
+             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "32",
+             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--tiny_train_size", "2000"]
+# The forward layouts (forward.logprobs), by train.py's flags: the default, and the two others.
+LAYOUTS = {"shared": [], "padded": ["--share_prompt_forward", "false"], "packed": ["--pack_micro_batches", "true"]}
 
 
 def build_random_model(out: Path, shape: dict | None = None) -> Path:
@@ -99,35 +100,41 @@ def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: 
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        out = memory_plan.main(["--model_config", str(model), "--device", device, "--gpus", str(world), "--forward",
-                                "padded-logits", "--prompt_len", str(prompt_len), *extra, *flags])
+        out = memory_plan.main(["--model_config", str(model), "--device", device, "--gpus", str(world), "--prompt_len",
+                                str(prompt_len), *extra, *flags])
     return out["per_rank"]
 
 
 def compare(args, random_model: Path) -> None:
-    """Each model x number of ranks: run the job, run the plan, print both per rank."""
+    """Each model x number of ranks x layout: run the job, run the plan, print both per rank, layouts side by side."""
     prompt_len = longest_prompt(JOB_FLAGS)
-    print(f"# jobs: train.py {' '.join(JOB_FLAGS)}; longest prompt {prompt_len} tokens")
+    layouts = "; ".join(f"{k}: {' '.join(LAYOUTS[k]) or 'the defaults'}" for k in args.layouts)
+    print(f"# jobs: train.py {' '.join(JOB_FLAGS)}, + per layout ({layouts}); longest prompt {prompt_len} tokens")
     print("# measured: each rank's peak RSS (summary.json memory_per_rank), the jobs run with "
           + ("glibc's default allocator (freed blocks under 32 MiB kept for reuse)" if args.default_malloc else
              "MALLOC_MMAP_THRESHOLD_=65536 (freed tensors go back to the kernel: RSS follows the live tensors the plan "
              "counts; --default_malloc measures with glibc's default)"))
-    print(f"{'model':>10} {'ranks':>5} {'rank':>4} | {'load: plan':>10} {'measured':>9} | {'peak: plan':>10} {'measured':>9} "
-          f"{'plan/measured':>13} | plan's peak phase")
+    print("# GiB; per layout: plan's peak, measured peak, plan/measured, the plan's peak phase; load from the first layout's run")
+    print(f"{'model':>6} {'ranks':>5} {'rank':>4} | {'load plan':>9} {'meas.':>5} | "
+          + " | ".join(f"{k + ': plan':>12} {'meas.':>5} {'ratio':>5} {'phase':>12}" for k in args.layouts))
     worst = 0.0
     for name in args.models:
         model = TINY if name == "tiny" else random_model
         for world in args.worlds:
-            measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}", JOB_FLAGS,
-                               live=not args.default_malloc)
-            plan = predict(model, world, prompt_len, JOB_FLAGS)
-            for r in measured:
-                p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
-                peak, phase = max(p.values()), max(p, key=p.get)
-                ratio = peak / r["host_peak_gib"]
-                worst = max(worst, abs(ratio - 1))
-                print(f"{name:>10} {world:>5} {r['rank']:>4} | {p['load']:>10.2f} {r['host_load_gib']:>9.2f} | "
-                      f"{peak:>10.2f} {r['host_peak_gib']:>9.2f} {ratio:>13.2f} | {phase}", flush=True)
+            rows = {}
+            for layout in args.layouts:
+                flags = JOB_FLAGS + LAYOUTS[layout]
+                measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}-{layout}", flags,
+                                   live=not args.default_malloc)
+                plan = predict(model, world, prompt_len, flags)
+                for r in measured:
+                    p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
+                    peak, phase = max(p.values()), max(p, key=p.get)
+                    worst = max(worst, abs(peak / r["host_peak_gib"] - 1))
+                    rows.setdefault(r["rank"], [f"{p['load']:>9.2f} {r['host_load_gib']:>5.2f}"]).append(
+                        f"{peak:>12.2f} {r['host_peak_gib']:>5.2f} {peak / r['host_peak_gib']:>5.2f} {phase:>12}")
+            for rank, cells in rows.items():
+                print(f"{name:>6} {world:>5} {rank:>4} | " + " | ".join(cells), flush=True)
     print(f"largest |plan/measured - 1| of the peaks: {worst:.0%} (target <= 25%)")
 
 
@@ -163,42 +170,73 @@ def steps0(random_model: Path) -> None:
 
 
 def count() -> None:
-    """Bytes one decoder layer saves for backward, counted, beside the plan's formula."""
+    """Bytes saved for backward by forward.logprobs's passes, counted, beside the plan's formulas: per decoder
+    layer (a 2-layer model minus a 1-layer one) and outside the layers, per layout, dtype and checkpointing."""
+    import types
+
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
+    import forward
+    import plumbing
+
     shape = dict(RANDOM_SHAPE, vocab_size=1000)
+    s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"],
+                          shape["num_attention_heads"], 256, 1000, True, shape["hidden_size"] // shape["num_attention_heads"])
+    b_rows, group, P, T = 8, 4, 24, 40  # two groups; ragged lengths, so every pass of several rows is padded
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(2, 1000, (P - 3 * g,), generator=gen).tolist() for g in range(b_rows // group)]
+    batch = forward.Responses([prompts[i // group] for i in range(b_rows)],
+                              [torch.randint(2, 1000, (T - i % 3,), generator=gen).tolist() for i in range(b_rows)],
+                              torch.ones(b_rows))
+
+    def saved(model, inputs, cfg) -> int:
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen = {}
+
+        def pack(x):
+            if x.untyped_storage().data_ptr() not in params:
+                seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            forward.logprobs(model, inputs, cfg)
+        return sum(seen.values())
+
+    print(f"# count: {b_rows} responses of {T - 2}-{T} tokens in {b_rows // group} groups, prompts of {P - 3}-{P} tokens, "
+          f"hidden {s.hidden}, MLP {s.inter}, {s.heads} heads; bytes saved for backward")
     for dtype, b in ((torch.float32, 4), (torch.bfloat16, 2)):
-        for masked in (True, False):
-            rows, t = 2, 96
-            saved = []
-            for layers in (1, 2):  # the difference is one layer
+        for ckpt in (False, True):
+            models = []
+            for layers in (1, 2):
+                torch.manual_seed(0)
                 model = AutoModelForCausalLM.from_config(Qwen2Config(**{**shape, "num_hidden_layers": layers}), dtype=dtype)
-                params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-                seen = {}
-
-                def pack(x, seen=seen, params=params):
-                    if x.untyped_storage().data_ptr() not in params:
-                        seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
-                    return x
-
-                ids = torch.randint(0, 1000, (rows, t))
-                mask = torch.ones(rows, t, dtype=torch.long)
-                mask[0, :5] = 0  # left padding, as in a padded micro-batch
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-                    model(input_ids=ids, attention_mask=mask if masked else None, logits_to_keep=1)
-                saved.append(sum(seen.values()))
-            counted = (saved[1] - saved[0]) / (rows * t)
-            s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"], 16, 256, 1000, True)
-            formula = memory_plan.per_layer_token_bytes(s, b, t if masked else 0)
-            print(f"{str(dtype):>15} {'mask' if masked else 'no mask':>8}: counted {counted:8.0f} B per token per layer, "
-                  f"formula {formula:8.0f} B")
+                plumbing.set_activation_checkpointing(model, ckpt)
+                models.append(model.train())
+            for layout in ("padded", "shared", "packed"):
+                if ckpt and layout == "shared":
+                    continue  # no KV cache under checkpointing: forward.logprobs runs the padded pass
+                cfg = types.SimpleNamespace(temperature=1.0, logprob_chunk=64, share_prompt_forward=layout == "shared")
+                inputs = forward.micro_batch(batch, list(range(b_rows)), 0, "cpu", packed=layout == "packed")
+                one, two = (saved(mdl, inputs, cfg) for mdl in models)
+                m = memory_plan.Micro(layout, b_rows, b_rows // group, inputs.prompt_len, inputs.real.shape[1],
+                                      int(inputs.tokens.numel()), int(inputs.input_ids.numel()))
+                per_layer = m.L * s.hidden * b if ckpt else memory_plan.layer_saved(s, b, m, False)[0]
+                emb, _, kept, _ = memory_plan.outside_saved(s, b, m, False)
+                # checkpointed: the rotary cos/sin are the layers' arguments, held by the checkpoint, not saved tensors
+                rotary = m.L * 2 * s.head_dim * b if ckpt else 0
+                print(f"{str(dtype):>15} {layout:>6} {'checkpointed' if ckpt else '':>12}: per layer counted {two - one:>9} "
+                      f"formula {per_layer:>9.0f}; outside the layers counted {2 * one - two:>8} formula {emb + kept - rotary:>8.0f}"
+                      + (f" (+ cos/sin {rotary}, held as arguments)" if ckpt else ""))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--models", nargs="+", choices=("tiny", "random"), default=["tiny", "random"])
+    ap.add_argument("--layouts", nargs="+", choices=tuple(LAYOUTS), default=["shared", "packed"],
+                    help="compare: the forward layouts to run (shared: the default; padded: --share_prompt_forward false; "
+                         "packed: --pack_micro_batches true)")
     ap.add_argument("--only", choices=("compare", "steps0", "count"), default="")
     ap.add_argument("--default_malloc", action="store_true", help="compare: measure with glibc's default allocator")
     args = ap.parse_args()
