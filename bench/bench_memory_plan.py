@@ -8,13 +8,16 @@
 Models: the shipped tiny policy (assets/tiny-base) and a random Qwen2-style model of 277M
 parameters (16 layers, hidden 1024, MLP 4096, 16 query / 4 key-value heads, vocabulary 32768,
 tied embeddings), saved as bf16 safetensors with the tiny tokenizer beside it, built once under
-runs/bench/. For each model and number of ranks, train.py runs a few steps (JOB_FLAGS: one
-micro-batch of 4 responses of 16 tokens per rank; no dynamic sampling, since the random model
-answers nothing right; the plain pass, as the plan models the shared prompt pass by it) and its
-summary.json gives each rank's peak RSS (ru_maxrss) after loading and over the whole run; the plan
-is run with the same flags (--device cpu --forward padded-logits: the log-prob pass of this
-code) and its predicted peaks are printed beside them, with the ratio. The target: every
-predicted peak within 25% of the measured one. `steps0` is the loading measurement: 4 ranks,
+runs/bench/. For each model, number of ranks and forward layout (--layouts: the default padded
+rows with the shared prompt pass, the padded pass without it, the packed row), train.py runs 2
+steps (JOB_FLAGS: one micro-batch of 16/ranks responses of up to 32 tokens per rank; no dynamic
+sampling, since the random model answers nothing right; the second step is the first with
+AdamW's moments) and its summary.json gives each rank's peak RSS (VmHWM) after loading and over
+the whole run; the plan is run with the same flags (--device cpu, --prompt_len the longest
+training prompt) and its predicted peaks are printed beside them, with the ratio. The target:
+every predicted peak within 25% of the measured one. --reuse takes the measured figures from the
+run directories of an earlier compare with the same flags (each job's config.json is checked)
+and only runs the plan again. `steps0` is the loading measurement: 4 ranks,
 `--steps 0`, GNU time's max RSS of each rank, the 277M model's job minus the tiny model's, in
 multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x).
 `count` counts the bytes one decoder layer saves for backward (torch.autograd.graph.saved_tensors_hooks)
@@ -24,6 +27,7 @@ and prints them beside the plan's formula.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -94,6 +98,26 @@ def run_job(model: Path, world: int, run_dir: Path, flags: list[str], live: bool
     return json.loads((run_dir / "summary.json").read_text())["memory_per_rank"]
 
 
+def earlier_job(model: Path, world: int, run_dir: Path, flags: list[str]) -> list[dict]:
+    """run_job's figures from the run directory an earlier compare left. Raises ValueError if that job ran
+    other settings (its config.json differs from train.py's parse of the flags) or did not finish."""
+    import train
+
+    # through JSON, as config.json was written (tuples become lists)
+    want = json.loads(json.dumps(dataclasses.asdict(train.parse_config(["--model", str(model), "--run_dir", str(run_dir),
+                                                                         *flags]))))
+    cfg_file, summary = run_dir / "config.json", run_dir / "summary.json"
+    if not (cfg_file.is_file() and summary.is_file()):
+        raise ValueError(f"--reuse: {run_dir} has no finished job (config.json and summary.json); run without --reuse")
+    got = json.loads(cfg_file.read_text())["config"]
+    ranks = json.loads(summary.read_text())["memory_per_rank"]
+    diff = sorted(k for k in want if got.get(k, want[k]) != want[k])
+    if diff or len(ranks) != world:
+        raise ValueError(f"--reuse: the job in {run_dir} ran other settings ({', '.join(diff) or f'{len(ranks)} ranks'}); "
+                         "run without --reuse")
+    return ranks
+
+
 def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: str = "cpu", extra=()) -> dict:
     """The plan's per-rank figures (GiB) for the job: {"rank 0": {"host": {phase: GiB}, "gpu": ...}, "other ranks": ...}."""
     import contextlib
@@ -124,8 +148,9 @@ def compare(args, random_model: Path) -> None:
             rows = {}
             for layout in args.layouts:
                 flags = JOB_FLAGS + LAYOUTS[layout]
-                measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}-{layout}", flags,
-                                   live=not args.default_malloc)
+                run_dir = SCRATCH_ROOT / "memory_plan" / f"{name}-{world}-{layout}"
+                measured = (earlier_job(model, world, run_dir, flags) if args.reuse else
+                            run_job(model, world, run_dir, flags, live=not args.default_malloc))
                 plan = predict(model, world, prompt_len, flags)
                 for r in measured:
                     p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
@@ -239,6 +264,8 @@ def main() -> None:
                          "packed: --pack_micro_batches true)")
     ap.add_argument("--only", choices=("compare", "steps0", "count"), default="")
     ap.add_argument("--default_malloc", action="store_true", help="compare: measure with glibc's default allocator")
+    ap.add_argument("--reuse", action="store_true",
+                    help="compare: the measured figures of an earlier compare's run directories; only the plan runs again")
     args = ap.parse_args()
     print(title_line("bench_memory_plan"))
     print(machine_line())

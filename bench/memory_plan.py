@@ -18,8 +18,12 @@ per rank, in each phase of a step, and the peak is the largest phase:
                 --sampler_logprobs every step's logits), or vLLM's --vllm_gpu_memory_utilization share
   train-head    the largest micro-batch's activations, at the head's backward (its fp32 dW
                 accumulator and one chunk of logits)
-  train-layers  the same, at the first decoder layer's backward (the hidden states' gradient, one
-                layer's gradients, the head weight's gradient held to the end of backward)
+  train-layers  the same, at the first decoder layer's backward, the last layer's (the hidden states'
+                gradient, one layer's gradients, the head weight's gradient held to the end of
+                backward); in both, the full fp32 gradients only when a rank's mini-batch has several
+                micro-batches (accumulated), else they do not exist yet
+  train-prompts the shared prompt pass only: the start of the prompts' backward, when the
+                responses' part of every layer's weight gradient waits unsharded in autograd
   step          gradient clip and AdamW
   sync          weights streamed to vLLM one gathered tensor at a time (rollout.stream_weights)
   final         rank 0 gathers the whole model to write final/ (loading.gather_on_rank0)
@@ -65,8 +69,9 @@ BUILTIN = {
                         tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-5),
 }
 # Host memory of one rank before any model: python, torch, transformers, gloo, the tokenised tiny data
-# (measured on CPU: the tiny model's run peaks at 0.43-0.45 GiB per rank, its own weights 5 MB).
-CPU_RUNTIME_GIB = 0.44
+# (measured on CPU by bench/bench_memory_plan.py: the tiny model's jobs hold 0.35-0.36 GiB per rank
+# after loading, its own weights 5 MB; an older tree of this repository held 0.41-0.42).
+CPU_RUNTIME_GIB = 0.35
 GPU_HOST_RUNTIME_GIB = 5.0  # a CUDA process: the CUDA libraries and context on the host (an allowance)
 
 
@@ -340,17 +345,45 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     rows_out = m.b * m.T if m.layout == "shared" else m.L  # the last hidden states the head read from
     layers = [Term("gradient of the last hidden states (the head's gather, dense)", f"{rows_out} x {D} x {b} B",
                    rows_out * D * b, where)]
-    if fsdp or s.tied:  # FSDP2 reduces the root's gradient after the whole backward; a tied one waits for the embedding
+    # The fp32 gradients of earlier micro-batches exist during a backward only when a rank's mini-batch
+    # has several micro-batches (accumulation; zero_grad(set_to_none=True) after each optimizer step
+    # frees them). With one micro-batch, gradients appear as the backward reaches each parameter: none
+    # at the head's backward, the head's and one layer's at the first decoder layer's.
+    accumulating = -(-max(1, c.mini_batch_size // su.ranks) // m.b) > 1
+    if fsdp or s.tied or not accumulating:  # FSDP2 reduces the root's gradient after the whole backward; a tied one waits
         layers.append(Term("the head weight's gradient, held to the end of backward", f"{V} x {D} x {b} B", V * D * b, where))
+    if not (fsdp or accumulating):
+        layers.append(Term("one layer's fp32 gradient", f"4 B x {n(s.layer)}", 4 * s.layer, where))
     if ckpt:
         layers.append(Term("one layer recomputed", per_layer_text, per_layer, where))
     layers.append(Term("one layer's backward (gradients as large as its activations)", per_layer_text, per_layer, where))
     if fsdp:
         layers.append(Term("one layer's unsharded gradient + reduce-scatter buffer", f"({b} + 4) B x {n(s.layer)}",
                            (b + 4) * s.layer, where))
-    state3 = runtime + [master, grads, adam]
+    state3 = runtime + [master] + ([grads] if accumulating else []) + [adam]
     out["train-head"] = state3 + held + head
     out["train-layers"] = state3 + held + layers
+    if m.layout == "shared":
+        # The shared pass runs every decoder layer twice (prompts, then responses after their cache), so
+        # autograd sums each weight's two gradients before it accumulates them: the responses' part of
+        # every layer's weight gradient waits, unsharded (FSDP2 gathers the layer again for the prompts'
+        # backward), until the prompts' backward reaches that layer. The start of the prompts' backward
+        # then holds all of them, with the gradient of every layer's cached keys/values. Seen on 2 gloo
+        # ranks: no layer has a gradient, sharded or not, until the prompts' backward reaches it, and
+        # the peak this term predicts is the measured one (bench/bench_memory_plan.py).
+        prompts, t, _ = decoder_passes(m, su.flash)[0]
+        per_token = layer_token_bytes(s, b, t)[0]
+        out["train-prompts"] = state3 + [t for t in held if not t.what.startswith("decoder activations")] + [
+            Term("the prompts' decoder activations", f"{s.layers} layers x {prompts} tokens x {per_token:.0f} B",
+                 s.layers * prompts * per_token, where),
+            Term("the responses' part of every layer's weight gradient, unsharded", f"{b} B x {n(s.params - s.root)}",
+                 b * (s.params - s.root), where),
+            Term("gradient of the cached keys/values, every layer", f"{s.layers} x {m.b} x {m.P} x 2 x {s.kv} x {b} B",
+                 s.layers * m.b * m.P * 2 * s.kv * b, where)]
+        out["train-prompts"] += [t for t in layers if t.what.startswith("the head weight's")]
+        if fsdp:
+            out["train-prompts"].append(Term("one layer's unsharded gradient + reduce-scatter buffer",
+                                             f"({b} + 4) B x {n(s.layer)}", (b + 4) * s.layer, where))
 
     # step
     temp = (4 * P / N, f"4 B x {n(P)} / {N}") if state == "gpu" else (2 * 4 * s.largest / N, f"2 x 4 B x {n(s.largest)} / {N}")
@@ -364,7 +397,7 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
                  c.vllm_gpu_memory_utilization * su.gpu_gib * GiB, "gpu"),
             Term("streamed tensor, bf16, and the engine's copy", f"2 x 2 B x {n(s.largest)}", 4 * s.largest, where)]
         if gpu:  # while the trainer works, the sleeping engine's weights wait in host memory (vLLM sleep level 1)
-            for k in ("train-head", "train-layers", "step"):
+            for k in [k for k in out if k.startswith("train")] + ["step"]:
                 out[k].append(Term("sleeping vLLM weights (bf16, its share)", f"2 B x {n(P)} / {c.vllm_tp}",
                                    2 * P / c.vllm_tp, "host"))
 
