@@ -10,7 +10,7 @@ parameters (16 layers, hidden 1024, MLP 4096, 16 query / 4 key-value heads, voca
 tied embeddings), saved as bf16 safetensors with the tiny tokenizer beside it, built once under
 runs/bench/. For each model, number of ranks and forward layout (--layouts: the default padded
 rows with the shared prompt pass, the padded pass without it, the packed row), train.py runs 2
-steps (JOB_FLAGS: one micro-batch of 16/ranks responses of up to 32 tokens per rank; no dynamic
+steps (JOB_FLAGS: one micro-batch of 16/ranks responses of up to 16 tokens per rank; no dynamic
 sampling, since the random model answers nothing right; the second step is the first with
 AdamW's moments) and its summary.json gives each rank's peak RSS (VmHWM) after loading and over
 the whole run; the plan is run with the same flags (--device cpu, --prompt_len the longest
@@ -46,7 +46,7 @@ TINY = REPO / "assets" / "tiny-base"
 RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=16,
                     num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
 JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
-             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "32",
+             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "16",
              "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--tiny_train_size", "2000"]
 # The forward layouts (forward.logprobs), by train.py's flags: the default, and the two others.
 LAYOUTS = {"shared": [], "padded": ["--share_prompt_forward", "false"], "packed": ["--pack_micro_batches", "true"]}
