@@ -1,6 +1,6 @@
 """The memory plan (bench/memory_plan.py) against measurement: CPU runs of train.py on 1, 2 and 4 gloo ranks, per-rank peaks side by side.
 
-    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once)
+    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once; 18 min on 2 cores)
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --worlds 1 2 --models tiny   # a part
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --only steps0            # the loading measurement only
     python bench/bench_memory_plan.py --only count                               # the activation formula, counted
@@ -20,8 +20,9 @@ run directories of an earlier compare with the same flags (each job's config.jso
 and only runs the plan again. `steps0` is the loading measurement: 4 ranks,
 `--steps 0`, GNU time's max RSS of each rank, the 277M model's job minus the tiny model's, in
 multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x).
-`count` counts the bytes one decoder layer saves for backward (torch.autograd.graph.saved_tensors_hooks)
-and prints them beside the plan's formula.
+`count` counts the bytes forward.logprobs's passes save for backward (torch.autograd.graph.saved_tensors_hooks),
+per decoder layer and outside the layers, for each layout, fp32 and bf16, with and without
+activation checkpointing, and prints them beside the plan's formulas.
 """
 
 from __future__ import annotations
