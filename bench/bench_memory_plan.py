@@ -1,6 +1,6 @@
 """The memory plan (bench/memory_plan.py) against measurement: CPU runs of train.py on 1, 2 and 4 gloo ranks, per-rank peaks side by side.
 
-    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once)
+    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once; 18 min on 2 cores)
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --worlds 1 2 --models tiny   # a part
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --only steps0            # the loading measurement only
     python bench/bench_memory_plan.py --only count                               # the activation formula, counted
@@ -8,22 +8,27 @@
 Models: the shipped tiny policy (assets/tiny-base) and a random Qwen2-style model of 277M
 parameters (16 layers, hidden 1024, MLP 4096, 16 query / 4 key-value heads, vocabulary 32768,
 tied embeddings), saved as bf16 safetensors with the tiny tokenizer beside it, built once under
-runs/bench/. For each model and number of ranks, train.py runs a few steps (JOB_FLAGS: one
-micro-batch of 4 responses of 16 tokens per rank; no dynamic sampling, since the random model
-answers nothing right; the plain pass, as the plan models the shared prompt pass by it) and its
-summary.json gives each rank's peak RSS (ru_maxrss) after loading and over the whole run; the plan
-is run with the same flags (--device cpu --forward padded-logits: the log-prob pass of this
-code) and its predicted peaks are printed beside them, with the ratio. The target: every
-predicted peak within 25% of the measured one. `steps0` is the loading measurement: 4 ranks,
+runs/bench/. For each model, number of ranks and forward layout (--layouts: the default padded
+rows with the shared prompt pass, the padded pass without it, the packed row), train.py runs 2
+steps (JOB_FLAGS: one micro-batch of 16/ranks responses of up to 16 tokens per rank; no dynamic
+sampling, since the random model answers nothing right; the second step is the first with
+AdamW's moments) and its summary.json gives each rank's peak RSS (VmHWM) after loading and over
+the whole run; the plan is run with the same flags (--device cpu, --prompt_len the longest
+training prompt) and its predicted peaks are printed beside them, with the ratio. The target:
+every predicted peak within 25% of the measured one. --reuse takes the measured figures from the
+run directories of an earlier compare with the same flags (each job's config.json is checked)
+and only runs the plan again. `steps0` is the loading measurement: 4 ranks,
 `--steps 0`, GNU time's max RSS of each rank, the 277M model's job minus the tiny model's, in
 multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x).
-`count` counts the bytes one decoder layer saves for backward (torch.autograd.graph.saved_tensors_hooks)
-and prints them beside the plan's formula.
+`count` counts the bytes forward.logprobs's passes save for backward (torch.autograd.graph.saved_tensors_hooks),
+per decoder layer and outside the layers, for each layout, fp32 and bf16, with and without
+activation checkpointing, and prints them beside the plan's formulas.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -42,9 +47,10 @@ TINY = REPO / "assets" / "tiny-base"
 RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=16,
                     num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
 JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
-             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "4", "--max_response_len", "16",
-             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--share_prompt_forward", "false", "--lr", "1e-5",
-             "--tiny_train_size", "2000"]
+             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "16",
+             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--tiny_train_size", "2000"]
+# The forward layouts (forward.logprobs), by train.py's flags: the default, and the two others.
+LAYOUTS = {"shared": [], "padded": ["--share_prompt_forward", "false"], "packed": ["--pack_micro_batches", "true"]}
 
 
 def build_random_model(out: Path, shape: dict | None = None) -> Path:
@@ -93,41 +99,68 @@ def run_job(model: Path, world: int, run_dir: Path, flags: list[str], live: bool
     return json.loads((run_dir / "summary.json").read_text())["memory_per_rank"]
 
 
+def earlier_job(model: Path, world: int, run_dir: Path, flags: list[str]) -> list[dict]:
+    """run_job's figures from the run directory an earlier compare left. Raises ValueError if that job ran
+    other settings (its config.json differs from train.py's parse of the flags) or did not finish."""
+    import train
+
+    # through JSON, as config.json was written (tuples become lists)
+    want = json.loads(json.dumps(dataclasses.asdict(train.parse_config(["--model", str(model), "--run_dir", str(run_dir),
+                                                                         *flags]))))
+    cfg_file, summary = run_dir / "config.json", run_dir / "summary.json"
+    if not (cfg_file.is_file() and summary.is_file()):
+        raise ValueError(f"--reuse: {run_dir} has no finished job (config.json and summary.json); run without --reuse")
+    got = json.loads(cfg_file.read_text())["config"]
+    ranks = json.loads(summary.read_text())["memory_per_rank"]
+    diff = sorted(k for k in want if got.get(k, want[k]) != want[k])
+    if diff or len(ranks) != world:
+        raise ValueError(f"--reuse: the job in {run_dir} ran other settings ({', '.join(diff) or f'{len(ranks)} ranks'}); "
+                         "run without --reuse")
+    return ranks
+
+
 def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: str = "cpu", extra=()) -> dict:
     """The plan's per-rank figures (GiB) for the job: {"rank 0": {"host": {phase: GiB}, "gpu": ...}, "other ranks": ...}."""
     import contextlib
     import io
 
     with contextlib.redirect_stdout(io.StringIO()):
-        out = memory_plan.main(["--model_config", str(model), "--device", device, "--gpus", str(world), "--forward",
-                                "padded-logits", "--prompt_len", str(prompt_len), *extra, *flags])
+        out = memory_plan.main(["--model_config", str(model), "--device", device, "--gpus", str(world), "--prompt_len",
+                                str(prompt_len), *extra, *flags])
     return out["per_rank"]
 
 
 def compare(args, random_model: Path) -> None:
-    """Each model x number of ranks: run the job, run the plan, print both per rank."""
+    """Each model x number of ranks x layout: run the job, run the plan, print both per rank, layouts side by side."""
     prompt_len = longest_prompt(JOB_FLAGS)
-    print(f"# jobs: train.py {' '.join(JOB_FLAGS)}; longest prompt {prompt_len} tokens")
+    layouts = "; ".join(f"{k}: {' '.join(LAYOUTS[k]) or 'the defaults'}" for k in args.layouts)
+    print(f"# jobs: train.py {' '.join(JOB_FLAGS)}, + per layout ({layouts}); longest prompt {prompt_len} tokens")
     print("# measured: each rank's peak RSS (summary.json memory_per_rank), the jobs run with "
           + ("glibc's default allocator (freed blocks under 32 MiB kept for reuse)" if args.default_malloc else
              "MALLOC_MMAP_THRESHOLD_=65536 (freed tensors go back to the kernel: RSS follows the live tensors the plan "
              "counts; --default_malloc measures with glibc's default)"))
-    print(f"{'model':>10} {'ranks':>5} {'rank':>4} | {'load: plan':>10} {'measured':>9} | {'peak: plan':>10} {'measured':>9} "
-          f"{'plan/measured':>13} | plan's peak phase")
+    print("# GiB; per layout: plan's peak, measured peak, plan/measured, the plan's peak phase; load from the first layout's run")
+    print(f"{'model':>6} {'ranks':>5} {'rank':>4} | {'load plan':>9} {'meas.':>5} | "
+          + " | ".join(f"{k + ': plan':>12} {'meas.':>5} {'ratio':>5} {'phase':>12}" for k in args.layouts))
     worst = 0.0
     for name in args.models:
         model = TINY if name == "tiny" else random_model
         for world in args.worlds:
-            measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}", JOB_FLAGS,
-                               live=not args.default_malloc)
-            plan = predict(model, world, prompt_len, JOB_FLAGS)
-            for r in measured:
-                p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
-                peak, phase = max(p.values()), max(p, key=p.get)
-                ratio = peak / r["host_peak_gib"]
-                worst = max(worst, abs(ratio - 1))
-                print(f"{name:>10} {world:>5} {r['rank']:>4} | {p['load']:>10.2f} {r['host_load_gib']:>9.2f} | "
-                      f"{peak:>10.2f} {r['host_peak_gib']:>9.2f} {ratio:>13.2f} | {phase}", flush=True)
+            rows = {}
+            for layout in args.layouts:
+                flags = JOB_FLAGS + LAYOUTS[layout]
+                run_dir = SCRATCH_ROOT / "memory_plan" / f"{name}-{world}-{layout}"
+                measured = (earlier_job(model, world, run_dir, flags) if args.reuse else
+                            run_job(model, world, run_dir, flags, live=not args.default_malloc))
+                plan = predict(model, world, prompt_len, flags)
+                for r in measured:
+                    p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
+                    peak, phase = max(p.values()), max(p, key=p.get)
+                    worst = max(worst, abs(peak / r["host_peak_gib"] - 1))
+                    rows.setdefault(r["rank"], [f"{p['load']:>9.2f} {r['host_load_gib']:>5.2f}"]).append(
+                        f"{peak:>12.2f} {r['host_peak_gib']:>5.2f} {peak / r['host_peak_gib']:>5.2f} {phase:>12}")
+            for rank, cells in rows.items():
+                print(f"{name:>6} {world:>5} {rank:>4} | " + " | ".join(cells), flush=True)
     print(f"largest |plan/measured - 1| of the peaks: {worst:.0%} (target <= 25%)")
 
 
@@ -163,44 +196,77 @@ def steps0(random_model: Path) -> None:
 
 
 def count() -> None:
-    """Bytes one decoder layer saves for backward, counted, beside the plan's formula."""
+    """Bytes saved for backward by forward.logprobs's passes, counted, beside the plan's formulas: per decoder
+    layer (a 2-layer model minus a 1-layer one) and outside the layers, per layout, dtype and checkpointing."""
+    import types
+
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
+    import forward
+    import plumbing
+
     shape = dict(RANDOM_SHAPE, vocab_size=1000)
+    s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"],
+                          shape["num_attention_heads"], 256, 1000, True, shape["hidden_size"] // shape["num_attention_heads"])
+    b_rows, group, P, T = 8, 4, 24, 40  # two groups; ragged lengths, so every pass of several rows is padded
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(2, 1000, (P - 3 * g,), generator=gen).tolist() for g in range(b_rows // group)]
+    batch = forward.Responses([prompts[i // group] for i in range(b_rows)],
+                              [torch.randint(2, 1000, (T - i % 3,), generator=gen).tolist() for i in range(b_rows)],
+                              torch.ones(b_rows))
+
+    def saved(model, inputs, cfg) -> int:
+        params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        seen = {}
+
+        def pack(x):
+            if x.untyped_storage().data_ptr() not in params:
+                seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+            return x
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            forward.logprobs(model, inputs, cfg)
+        return sum(seen.values())
+
+    print(f"# count: {b_rows} responses of {T - 2}-{T} tokens in {b_rows // group} groups, prompts of {P - 3}-{P} tokens, "
+          f"hidden {s.hidden}, MLP {s.inter}, {s.heads} heads; bytes saved for backward")
     for dtype, b in ((torch.float32, 4), (torch.bfloat16, 2)):
-        for masked in (True, False):
-            rows, t = 2, 96
-            saved = []
-            for layers in (1, 2):  # the difference is one layer
+        for ckpt in (False, True):
+            models = []
+            for layers in (1, 2):
+                torch.manual_seed(0)
                 model = AutoModelForCausalLM.from_config(Qwen2Config(**{**shape, "num_hidden_layers": layers}), dtype=dtype)
-                params = {p.untyped_storage().data_ptr() for p in model.parameters()}
-                seen = {}
-
-                def pack(x, seen=seen, params=params):
-                    if x.untyped_storage().data_ptr() not in params:
-                        seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
-                    return x
-
-                ids = torch.randint(0, 1000, (rows, t))
-                mask = torch.ones(rows, t, dtype=torch.long)
-                mask[0, :5] = 0  # left padding, as in a padded micro-batch
-                with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
-                    model(input_ids=ids, attention_mask=mask if masked else None, logits_to_keep=1)
-                saved.append(sum(seen.values()))
-            counted = (saved[1] - saved[0]) / (rows * t)
-            s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"], 16, 256, 1000, True)
-            formula = memory_plan.per_layer_token_bytes(s, b, t if masked else 0)
-            print(f"{str(dtype):>15} {'mask' if masked else 'no mask':>8}: counted {counted:8.0f} B per token per layer, "
-                  f"formula {formula:8.0f} B")
+                plumbing.set_activation_checkpointing(model, ckpt)
+                models.append(model.train())
+            for layout in ("padded", "shared", "packed"):
+                if ckpt and layout == "shared":
+                    continue  # no KV cache under checkpointing: forward.logprobs runs the padded pass
+                cfg = types.SimpleNamespace(temperature=1.0, logprob_chunk=64, share_prompt_forward=layout == "shared")
+                inputs = forward.micro_batch(batch, list(range(b_rows)), 0, "cpu", packed=layout == "packed")
+                one, two = (saved(mdl, inputs, cfg) for mdl in models)
+                m = memory_plan.Micro(layout, b_rows, b_rows // group, inputs.prompt_len, inputs.real.shape[1],
+                                      int(inputs.tokens.numel()), int(inputs.input_ids.numel()))
+                per_layer = m.L * s.hidden * b if ckpt else memory_plan.layer_saved(s, b, m, False)[0]
+                emb, _, kept, _ = memory_plan.outside_saved(s, b, m, False)
+                # checkpointed: the rotary cos/sin are the layers' arguments, held by the checkpoint, not saved tensors
+                rotary = m.L * 2 * s.head_dim * b if ckpt else 0
+                print(f"{str(dtype):>15} {layout:>6} {'checkpointed' if ckpt else '':>12}: per layer counted {two - one:>9} "
+                      f"formula {per_layer:>9.0f}; outside the layers counted {2 * one - two:>8} formula {emb + kept - rotary:>8.0f}"
+                      + (f" (+ cos/sin {rotary}, held as arguments)" if ckpt else ""))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--models", nargs="+", choices=("tiny", "random"), default=["tiny", "random"])
+    ap.add_argument("--layouts", nargs="+", choices=tuple(LAYOUTS), default=["shared", "packed"],
+                    help="compare: the forward layouts to run (shared: the default; padded: --share_prompt_forward false; "
+                         "packed: --pack_micro_batches true)")
     ap.add_argument("--only", choices=("compare", "steps0", "count"), default="")
     ap.add_argument("--default_malloc", action="store_true", help="compare: measure with glibc's default allocator")
+    ap.add_argument("--reuse", action="store_true",
+                    help="compare: the measured figures of an earlier compare's run directories; only the plan runs again")
     args = ap.parse_args()
     print(title_line("bench_memory_plan"))
     print(machine_line())

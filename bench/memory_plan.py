@@ -6,29 +6,37 @@
 
 --model_config: a model directory (its config.json) or a built-in config, copied from the public
 config.json files: qwen2.5-7b, qwen2.5-32b (no download). Every other flag is train.py's (same
-presets, same checks, for --gpus x --nodes processes). The parameter counts are exact (the model is
-built on the meta device); everything else is arithmetic on the shapes, per rank, in each phase of a
-step, and the peak is the largest phase:
+presets, same checks, for --gpus x --nodes processes), and they decide the forward pass planned
+as they decide train.py's: padded rows with the shared prompt pass (the default), padded rows
+without it (--share_prompt_forward false, or under --activation_checkpointing), or one packed row
+(--pack_micro_batches true); log-probs always by forward.py's chunked head. The parameter counts
+are exact (the model is built on the meta device); everything else is arithmetic on the shapes,
+per rank, in each phase of a step, and the peak is the largest phase:
 
-  load      each rank's fp32 shard, read from its slices of the files (plumbing.load_model)
-  generate  the sampler: transformers generate on the FSDP2 model (KV cache, and with
-            --sampler_logprobs every step's logits), or vLLM's --vllm_gpu_memory_utilization share
-  train     forward + backward of the largest micro-batch, at the start of backward
-  step      gradient clip and AdamW
-  sync      weights streamed to vLLM one gathered tensor at a time (rollout.stream_weights)
-  final     rank 0 gathers the whole model to write final/ (loading.gather_on_rank0)
+  load          each rank's fp32 shard, read from its slices of the files (plumbing.load_model)
+  generate      the sampler: transformers generate on the FSDP2 model (KV cache, and with
+                --sampler_logprobs every step's logits), or vLLM's --vllm_gpu_memory_utilization share
+  train-head    the largest micro-batch's activations, at the head's backward (its fp32 dW
+                accumulator and one chunk of logits)
+  train-layers  the same, at the first decoder layer's backward, the last layer's (the hidden states'
+                gradient, one layer's gradients, the head weight's gradient held to the end of
+                backward); in both, the full fp32 gradients only when a rank's mini-batch has several
+                micro-batches (accumulated), else they do not exist yet
+  train-prompts the shared prompt pass only: the start of the prompts' backward, when the
+                responses' part of every layer's weight gradient waits unsharded in autograd
+  step          gradient clip and AdamW
+  sync          weights streamed to vLLM one gathered tensor at a time (rollout.stream_weights)
+  final         rank 0 gathers the whole model to write final/ (loading.gather_on_rank0)
 
-Activation bytes per token and decoder layer were counted from the tensors transformers 5.24's
-Qwen2 layer (sdpa attention) saves for backward, with torch.autograd.graph.saved_tensors_hooks
-(bench/bench_memory_plan.py --count prints the count beside the formula): two float32 H-sized
-tensors inside the RMSNorms, plus in the compute dtype b: 8 H + 4 I + t (the padded path's
-attention mask, expanded per layer) with a mask, 6.5 H + 4 I + 2 kv without one (packed rows).
-The shared prompt pass (--share_prompt_forward) is planned as the plain pass, an upper bound.
-
---forward picks the log-prob pass: packed-hidden (micro-batches of --micro_batch_tokens real
-tokens, log-probs from the hidden states by a chunked head: no (positions, vocab) tensor) or
-padded-logits (padded micro-batches and the full logits of the response positions, the pass of
-plumbing.forward_logprobs before the chunked head). Sizes are GiB (2^30 bytes). GPU figures are what
+Activation bytes were counted from the tensors transformers 5.24's Qwen2 layers save for backward
+in forward.logprobs's passes, with torch.autograd.graph.saved_tensors_hooks
+(bench/bench_memory_plan.py --only count prints the count beside these formulas, per layout):
+per token and decoder layer 8 H + b (6.5 H + 4 I) + 4 heads + 8, plus b (1.5 H + t) under an
+attention mask over t keys (b: bytes of the compute dtype; a pass with padding, a packed row of
+several sequences on sdpa, the shared pass's responses); the shared pass adds each row's copy of
+its prompt's keys and values, b x P x 2 H per layer; outside the layers 4 H + b (H + 2 head_dim) + 12 per
+token and b H + 36 per response token (the head's saved hidden states, logsumexp, ids, unpack
+map); checkpointed layers keep H x b per token. Sizes are GiB (2^30 bytes). GPU figures are what
 torch's allocator holds (torch.cuda.max_memory_allocated); --gpu_reserve_gib is kept free for the
 CUDA context, NCCL and fragmentation. Figures for GPUs are arithmetic, not measurements (the CPU
 ones are checked against measurement by bench/bench_memory_plan.py; bench/gpu_check.sh checks a GPU).
@@ -61,8 +69,9 @@ BUILTIN = {
                         tie_word_embeddings=False, rope_theta=1000000.0, rms_norm_eps=1e-5),
 }
 # Host memory of one rank before any model: python, torch, transformers, gloo, the tokenised tiny data
-# (measured on CPU: the tiny model's run peaks at 0.43-0.45 GiB per rank, its own weights 5 MB).
-CPU_RUNTIME_GIB = 0.44
+# (measured on CPU by bench/bench_memory_plan.py: the tiny model's jobs hold 0.35-0.36 GiB per rank
+# after loading, its own weights 5 MB; an older tree of this repository held 0.41-0.42).
+CPU_RUNTIME_GIB = 0.35
 GPU_HOST_RUNTIME_GIB = 5.0  # a CUDA process: the CUDA libraries and context on the host (an allowance)
 
 
@@ -86,6 +95,7 @@ class Shape:
     kv: int  # key/value width: kv heads x head dim
     vocab: int
     tied: bool
+    head_dim: int
 
 
 def model_shape(spec: str) -> Shape:
@@ -112,7 +122,7 @@ def model_shape(spec: str) -> Shape:
     return Shape(name, params, params - sum(sum(p.numel() for p in m.parameters()) for m in layers), layer,
                  max(p.numel() for p in model.parameters()), sum(f.stat().st_size for f in files) or 2 * params,
                  len(layers), c.hidden_size, c.intermediate_size, c.num_attention_heads,
-                 c.num_key_value_heads * head_dim, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)))
+                 c.num_key_value_heads * head_dim, c.vocab_size, bool(getattr(c, "tie_word_embeddings", False)), head_dim)
 
 
 # --- terms ----------------------------------------------------------------------------------------------
@@ -144,12 +154,12 @@ class Setup:
     ranks: int
     ranks_per_node: int
     device: str  # gpu | cpu
-    forward: str  # packed-hidden | padded-logits
     prompt_len: int  # the longest prompt, tokens
     gpu_gib: float
     gpu_reserve_gib: float
     host_gib: float
     runtime_gib: float
+    flash_attn: bool  # packed rows on GPU run flash_attention_2 (flash-attn installed: forward.prepare switches it on)
 
     @property
     def b(self) -> int:  # bytes of the compute dtype: bf16 under FSDP2 mixed precision (--bf16, GPU, >1 rank), else fp32
@@ -160,28 +170,105 @@ class Setup:
         e = self.cfg.engine
         return ("vllm" if self.device == "gpu" else "hf") if e == "auto" else e
 
+    @property
+    def flash(self) -> bool:  # forward.prepare's condition for flash_attention_2 on packed rows
+        return self.flash_attn and self.device == "gpu" and self.b == 2 and self.cfg.pack_micro_batches
 
-def micro_batch(s: Setup) -> tuple[int, int, int, str]:
-    """(rows, tokens, response positions, arithmetic) of the largest micro-batch one rank trains on."""
-    c, seq = s.cfg, s.prompt_len + s.cfg.max_response_len
+
+@dataclass(frozen=True)
+class Micro:
+    """The shape of one micro-batch as forward.micro_batch lays it out (the plan: its largest one)."""
+
+    layout: str  # padded | shared (padded rows, one pass per distinct prompt) | packed (one row)
+    b: int  # responses
+    u: int  # distinct prompts among them
+    P: int  # longest prompt, tokens
+    T: int  # longest response, tokens
+    N: int  # response tokens (what the log-prob head projects)
+    L: int  # tokens of the packed row (sum of prompt + response); padded: b x (P + T)
+
+
+def micro_batch(s: Setup) -> Micro:
+    """The largest micro-batch one rank trains on: every prompt at P and every response at T tokens.
+
+    Rows: --micro_batch_size, or with --micro_batch_tokens as many full-length sequences as the
+    budget holds (at least one; padded and packed cost the same at equal lengths). A micro-batch
+    holds whole groups (forward.micro_batches keeps a rank's rows in order, groups contiguous), so
+    u = ceil(b / group_size). The layout is forward.logprobs's: packed with --pack_micro_batches;
+    the shared prompt pass when --share_prompt_forward and some prompt repeats (u < b), not under
+    activation checkpointing (no KV cache); else the plain padded pass.
+    """
+    c, P, T = s.cfg, s.prompt_len, s.cfg.max_response_len
     per_rank = max(1, c.mini_batch_size // s.ranks)  # responses of a mini-batch on one rank
-    if s.forward == "packed-hidden":
-        budget = c.micro_batch_tokens if c.micro_batch_tokens > 0 else c.micro_batch_size * seq
-        rows = max(1, min(per_rank, budget // seq))
-        return rows, max(seq, rows * seq), rows * c.max_response_len, f"packed: {rows} x {seq} tokens within {budget}"
-    if c.micro_batch_tokens > 0:  # padded to the longest, as many rows as fit the budget (at least one)
-        rows = max(1, min(per_rank, c.micro_batch_tokens // seq))
+    if c.micro_batch_tokens > 0:
+        b = max(1, min(per_rank, c.micro_batch_tokens // (P + T)))
     else:
-        rows = min(per_rank, c.micro_batch_size)
-    return rows, rows * seq, rows * c.max_response_len, f"padded: {rows} rows x {seq} tokens"
+        b = min(per_rank, c.micro_batch_size)
+    u = min(b, -(-b // c.group_size))
+    if c.pack_micro_batches:
+        layout = "packed"
+    elif c.share_prompt_forward and not c.activation_checkpointing and u < b and T >= 2:
+        layout = "shared"
+    else:
+        layout = "padded"
+    return Micro(layout, b, u, P, T, b * T, b * (P + T))
 
 
-def per_layer_token_bytes(s: Shape, b: int, masked_len: int) -> float:
-    """Bytes one decoder layer saves for backward per token, compute dtype of b bytes (the counted formula of
-    this file's docstring); masked_len: the padded length under an attention mask, 0 for packed rows."""
-    if masked_len:
-        return 8 * s.hidden + b * (8 * s.hidden + 4 * s.inter + masked_len)
-    return 8 * s.hidden + b * (6.5 * s.hidden + 4 * s.inter + 2 * s.kv)
+def describe(m: Micro, flash: bool) -> str:
+    """One line: the layout and its shape."""
+    if m.layout == "packed":
+        return (f"packed: one row of {m.b} sequence{'s' if m.b > 1 else ''}, {m.L} tokens, "
+                + ("flash_attention_2 (no mask)" if flash else "sdpa (block-diagonal mask)" if m.b > 1 else "one sequence"))
+    rows = f"{m.b} row{'s' if m.b > 1 else ''} x ({m.P} + {m.T}) tokens"
+    return f"shared prompt pass: {m.u} prompt{'s' if m.u > 1 else ''}, then {rows}" if m.layout == "shared" else f"padded: {rows}"
+
+
+def decoder_passes(m: Micro, flash: bool) -> list[tuple[int, int, str]]:
+    """(tokens, key length under an attention mask (0: none), what) of each decoder pass of a micro-batch.
+
+    transformers drops the mask of a pass without padding (one row, one prompt, one packed
+    sequence); the plan assumes padding wherever rows can differ. The shared pass's response rows
+    always attend under a mask (their queries follow the cached prompt).
+    """
+    if m.layout == "packed":
+        return [(m.L, 0 if m.b == 1 or flash else m.L, "the packed row")]
+    if m.layout == "padded":
+        return [(m.b * (m.P + m.T), m.P + m.T if m.b > 1 else 0, "the padded rows")]
+    return [(m.u * m.P, m.P if m.u > 1 else 0, "the prompts"),
+            (m.b * (m.T - 1), m.P + m.T - 1, "the responses after the prompts' cache")]  # the last token predicts nothing
+
+
+def layer_token_bytes(s: Shape, b: int, t: int) -> tuple[float, str]:
+    """Bytes one decoder layer saves for backward per token (the counted formula of this file's
+    docstring), compute dtype of b bytes; t: the key length under an attention mask, 0 without one."""
+    base, text = 8 * s.hidden + b * (6.5 * s.hidden + 4 * s.inter) + 4 * s.heads + 8, \
+        f"8 x {s.hidden} + {b} x (6.5 x {s.hidden} + 4 x {s.inter}) + 4 x {s.heads} + 8"
+    if t:
+        return base + b * (1.5 * s.hidden + t), f"{text} + {b} x (1.5 x {s.hidden} + {t})"
+    return base, text
+
+
+def layer_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str]:
+    """Bytes one decoder layer saves for backward over a whole micro-batch, and the arithmetic."""
+    total, parts = 0.0, []
+    for tokens, t, _ in decoder_passes(m, flash):
+        per, _ = layer_token_bytes(s, b, t)
+        total, parts = total + tokens * per, parts + [f"{tokens} x {per:.0f} B"]
+    if m.layout == "shared":  # each row's copy of its prompt's keys and values, repeated to the query heads
+        total += m.b * m.P * 2 * s.hidden * b
+        parts.append(f"{m.b} x {m.P} x 2 x {s.hidden} x {b} B prompt keys/values")
+    return total, " + ".join(parts)
+
+
+def outside_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str, float, str]:
+    """Bytes saved for backward outside the decoder layers, with the arithmetic: per decoder token the
+    embedding output, the final norm's tensors and the rotary cos/sin (2 x head_dim; under checkpointing
+    kept as the layers' arguments for the recompute); per response token the head's (its hidden
+    states, logsumexp, token ids and the unpack map)."""
+    tokens = sum(t for t, _, _ in decoder_passes(m, flash))
+    return (tokens * (4 * s.hidden + s.hidden * b + 2 * s.head_dim * b + 12),
+            f"{tokens} tokens x (4 x {s.hidden} + {b} x ({s.hidden} + 2 x {s.head_dim}) + 12) B",
+            m.N * (b * s.hidden + 36), f"{m.N} x ({b} x {s.hidden} + 36) B")
 
 
 def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
@@ -226,38 +313,77 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
                             rows * c.max_response_len * s.vocab * 4, where))
     out["generate"] = gen
 
-    # train: forward + backward of the largest micro-batch
-    mrows, tokens, positions, shape = micro_batch(su)
-    masked = seq if su.forward == "padded-logits" else 0
-    act = per_layer_token_bytes(s, b, masked)
-    tr = runtime + [master, grads, adam] + root
+    # train: forward + backward of the largest micro-batch, at the two moments of its backward that can peak
+    m, V, D = micro_batch(su), s.vocab, s.hidden
+    per_layer, per_layer_text = layer_saved(s, b, m, su.flash)
+    tokens = sum(t for t, _, _ in decoder_passes(m, su.flash))  # positions the decoder runs
+    held = root + [Term("micro-batch: ids, position ids, masks (forward.MicroBatch)",
+                        f"{m.L} x {8 * (2 if m.layout == 'packed' else 3)} B + 2 x {m.b} x {m.T} x 4 B",
+                        m.L * 8 * (2 if m.layout == "packed" else 3) + 2 * m.b * m.T * 4, where)]
     if fsdp:
-        tr += [Term("root group's unsharded gradient (the head's backward comes first)", f"{b} B x {n(s.root)}",
-                    b * s.root, where),
-               layer(2, "decoder layers gathered (current + prefetched)"),
-               Term("one layer's unsharded gradient + reduce-scatter buffer", f"({b} + 4) B x {n(s.layer)}",
-                    (b + 4) * s.layer, where)]
-    if c.activation_checkpointing:
-        tr.append(Term("checkpointed layer inputs", f"{tokens} tokens x {s.layers} layers x {s.hidden} x {b} B",
-                       tokens * s.layers * s.hidden * b, where))
-        tr.append(Term("one layer recomputed, and its gradients", f"2 x {tokens} tokens x {act:.0f} B", 2 * tokens * act, where))
+        held.append(layer(2, "decoder layers gathered (current + prefetched)"))
+    ckpt = c.activation_checkpointing
+    if ckpt:
+        held.append(Term("checkpointed layer inputs", f"{tokens} tokens x {s.layers} layers x {D} x {b} B",
+                         tokens * s.layers * D * b, where))
+        if any(t for _, t, _ in decoder_passes(m, su.flash)):  # the layers' mask argument, kept for the recompute
+            held.append(Term("attention mask (bool) kept for the recompute", f"{m.b} x ({m.P} + {m.T})^2 B"
+                             if m.layout == "padded" else f"{m.L}^2 B", m.b * (m.P + m.T) ** 2 if m.layout == "padded"
+                             else m.L**2, where))
     else:
-        tr.append(Term(f"activations ({shape})", f"{tokens} tokens x {s.layers} layers x {act:.0f} B",
-                       tokens * s.layers * act, where))
-        tr.append(Term("gradients of one layer's activations", f"{tokens} tokens x {act:.0f} B", tokens * act, where))
-    tr.append(Term("embedding output, final norm", f"{tokens} tokens x {s.hidden} x (8 + 3 x {b}) B",
-                   tokens * s.hidden * (8 + 3 * b), where))
-    chunk = min(c.logprob_chunk, positions)
-    if su.forward == "padded-logits":
-        tr.append(Term("logits, their copy and gradient", f"3 x {positions} positions x {s.vocab} x {b} B",
-                       3 * positions * s.vocab * b, where))
-        tr.append(Term("log-prob chunk, fp32", f"{chunk} x {s.vocab} x 4 B", chunk * s.vocab * 4, where))
-    else:
-        tr.append(Term("chunked head: logits and gradient of one chunk, fp32", f"2 x {chunk} x {s.vocab} x 4 B",
-                       2 * chunk * s.vocab * 4, where))
-        tr.append(Term("chunked head: fp32 gradient of the head weight", f"4 B x {s.vocab} x {s.hidden}",
-                       4 * s.vocab * s.hidden, where))
-    out["train"] = tr
+        held.append(Term(f"decoder activations ({m.layout})", f"{s.layers} layers x ({per_layer_text})",
+                         s.layers * per_layer, where))
+    emb, emb_text, kept, kept_text = outside_saved(s, b, m, su.flash)
+    held.append(Term("embedding output, final norm, rotary cos/sin", emb_text, emb, where))
+    head = [Term("head: saved hidden states, logsumexp, token ids, unpack map", kept_text, kept, where),
+            Term("head backward: fp32 dW accumulator" + (" + its bf16 cast" if b == 2 else ""),
+                 f"{V} x {D} x {4 + (b if b == 2 else 0)} B", V * D * (4 + (b if b == 2 else 0)), where)]
+    chunk = min(c.logprob_chunk, m.N)
+    head.append(Term("head backward: one chunk's fp32 logits" + (" + bf16 product/copy" if b == 2 else ""),
+                     f"{chunk} x {V} x {4 + (b if b == 2 else 0)} B", chunk * V * (4 + (b if b == 2 else 0)), where))
+    head.append(Term("head backward: dh", f"{m.N} x {D} x {b} B", m.N * D * b, where))
+    rows_out = m.b * m.T if m.layout == "shared" else m.L  # the last hidden states the head read from
+    layers = [Term("gradient of the last hidden states (the head's gather, dense)", f"{rows_out} x {D} x {b} B",
+                   rows_out * D * b, where)]
+    # The fp32 gradients of earlier micro-batches exist during a backward only when a rank's mini-batch
+    # has several micro-batches (accumulation; zero_grad(set_to_none=True) after each optimizer step
+    # frees them). With one micro-batch, gradients appear as the backward reaches each parameter: none
+    # at the head's backward, the head's and one layer's at the first decoder layer's.
+    accumulating = -(-max(1, c.mini_batch_size // su.ranks) // m.b) > 1
+    if fsdp or s.tied or not accumulating:  # FSDP2 reduces the root's gradient after the whole backward; a tied one waits
+        layers.append(Term("the head weight's gradient, held to the end of backward", f"{V} x {D} x {b} B", V * D * b, where))
+    if not (fsdp or accumulating):
+        layers.append(Term("one layer's fp32 gradient", f"4 B x {n(s.layer)}", 4 * s.layer, where))
+    if ckpt:
+        layers.append(Term("one layer recomputed", per_layer_text, per_layer, where))
+    layers.append(Term("one layer's backward (gradients as large as its activations)", per_layer_text, per_layer, where))
+    if fsdp:
+        layers.append(Term("one layer's unsharded gradient + reduce-scatter buffer", f"({b} + 4) B x {n(s.layer)}",
+                           (b + 4) * s.layer, where))
+    state3 = runtime + [master] + ([grads] if accumulating else []) + [adam]
+    out["train-head"] = state3 + held + head
+    out["train-layers"] = state3 + held + layers
+    if m.layout == "shared":
+        # The shared pass runs every decoder layer twice (prompts, then responses after their cache), so
+        # autograd sums each weight's two gradients before it accumulates them: the responses' part of
+        # every layer's weight gradient waits, unsharded (FSDP2 gathers the layer again for the prompts'
+        # backward), until the prompts' backward reaches that layer. The start of the prompts' backward
+        # then holds all of them, with the gradient of every layer's cached keys/values. Seen on 2 gloo
+        # ranks: no layer has a gradient, sharded or not, until the prompts' backward reaches it, and
+        # the peak this term predicts is the measured one (bench/bench_memory_plan.py).
+        prompts, t, _ = decoder_passes(m, su.flash)[0]
+        per_token = layer_token_bytes(s, b, t)[0]
+        out["train-prompts"] = state3 + [t for t in held if not t.what.startswith("decoder activations")] + [
+            Term("the prompts' decoder activations", f"{s.layers} layers x {prompts} tokens x {per_token:.0f} B",
+                 s.layers * prompts * per_token, where),
+            Term("the responses' part of every layer's weight gradient, unsharded", f"{b} B x {n(s.params - s.root)}",
+                 b * (s.params - s.root), where),
+            Term("gradient of the cached keys/values, every layer", f"{s.layers} x {m.b} x {m.P} x 2 x {s.kv} x {b} B",
+                 s.layers * m.b * m.P * 2 * s.kv * b, where)]
+        out["train-prompts"] += [t for t in layers if t.what.startswith("the head weight's")]
+        if fsdp:
+            out["train-prompts"].append(Term("one layer's unsharded gradient + reduce-scatter buffer",
+                                             f"({b} + 4) B x {n(s.layer)}", (b + 4) * s.layer, where))
 
     # step
     temp = (4 * P / N, f"4 B x {n(P)} / {N}") if state == "gpu" else (2 * 4 * s.largest / N, f"2 x 4 B x {n(s.largest)} / {N}")
@@ -271,7 +397,7 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
                  c.vllm_gpu_memory_utilization * su.gpu_gib * GiB, "gpu"),
             Term("streamed tensor, bf16, and the engine's copy", f"2 x 2 B x {n(s.largest)}", 4 * s.largest, where)]
         if gpu:  # while the trainer works, the sleeping engine's weights wait in host memory (vLLM sleep level 1)
-            for k in ("train", "step"):
+            for k in [k for k in out if k.startswith("train")] + ["step"]:
                 out[k].append(Term("sleeping vLLM weights (bf16, its share)", f"2 B x {n(P)} / {c.vllm_tp}",
                                    2 * P / c.vllm_tp, "host"))
 
@@ -335,6 +461,17 @@ def suggestions(s: Shape, su: Setup) -> list[str]:
     return ["does not fit with the changes tried (checkpointing, one sequence per micro-batch, CPU offload, up to 16 nodes)"]
 
 
+def largest_micro_batch(s: Shape, su: Setup) -> int:
+    """The most full-length sequences per micro-batch (--micro_batch_tokens k x (P + T)) that fit, 0 if not one."""
+    seq, best = su.prompt_len + su.cfg.max_response_len, 0
+    for k in range(1, max(1, su.cfg.mini_batch_size // su.ranks) + 1):
+        p = plan(s, dataclasses.replace(su, cfg=dataclasses.replace(su.cfg, micro_batch_tokens=k * seq)))
+        if not (p["fits_gpu"] and p["fits_host"]):
+            break
+        best = k
+    return best
+
+
 def render(s: Shape, su: Setup, res: dict) -> str:
     """The printed plan: the setting, rank 0's terms phase by phase, the other ranks' totals, the verdict."""
     c = su.cfg
@@ -343,10 +480,11 @@ def render(s: Shape, su: Setup, res: dict) -> str:
              f"  {su.ranks} ranks ({su.ranks_per_node} per node) on {su.device}"
              + (f", {su.gpu_gib:g} GiB per GPU ({su.gpu_reserve_gib:g} kept free), {su.host_gib:g} GiB host per node"
                 if su.device == "gpu" else ""),
-             f"  forward {su.forward}; engine {su.engine}" + (f" (tp {c.vllm_tp})" if su.engine == "vllm" else "")
+             f"  engine {su.engine}" + (f" (tp {c.vllm_tp})" if su.engine == "vllm" else "")
              + f"; compute {'bf16' if su.b == 2 else 'fp32'}; activation checkpointing {c.activation_checkpointing}; "
-             f"cpu_offload {c.cpu_offload}; micro-batch {micro_batch(su)[3]}; prompt {su.prompt_len} + response "
-             f"{c.max_response_len} tokens"]
+             f"cpu_offload {c.cpu_offload}; prompt {su.prompt_len} + response {c.max_response_len} tokens",
+             f"  micro-batch: {describe(micro_batch(su), su.flash)}; log-probs by the chunked head, "
+             f"{min(c.logprob_chunk, micro_batch(su).N)} positions a chunk"]
     for who, r in res["ranks"].items():
         if who == "other ranks":  # rank 0's terms without final/'s gather: only the totals
             lines.append("  other ranks (rank 0's terms, without the gather of final/): " + ", ".join(
@@ -357,8 +495,8 @@ def render(s: Shape, su: Setup, res: dict) -> str:
                 lines.append(f"  {who}, {ph}: gpu {r['gpu'][ph] / GiB:.2f} GiB, host {r['host'][ph] / GiB:.2f} GiB"
                              if su.device == "gpu" else f"  {who}, {ph}: {r['host'][ph] / GiB:.2f} GiB")
                 for t in terms:
-                    lines.append(f"      {t.what:58s} {t.arithmetic:52s} {t.bytes / GiB:8.2f} GiB"
-                                 + (f"  {t.where}" if su.device == "gpu" else ""))
+                    lines.append(f"      {t.what:64s} {t.bytes / GiB:7.2f} GiB" + (f" {t.where:4s}" if su.device == "gpu" else "")
+                                 + f"  = {t.arithmetic}")
         peak_where = "gpu" if su.device == "gpu" else "host"
         ph = max(r[peak_where], key=r[peak_where].get)
         lines.append(f"  {who}: peak {r[peak_where][ph] / GiB:.2f} GiB per {'GPU' if su.device == 'gpu' else 'process'}"
@@ -376,6 +514,10 @@ def render(s: Shape, su: Setup, res: dict) -> str:
                          f" GiB) and ~2 GiB workspace = {per_engine / 1e3:.0f}k tokens per engine of {c.vllm_tp} GPUs "
                          f"({kv_tok / 1024:.0f} KiB per token) = {per_engine / seq:.0f} sequences of {seq} tokens"
                          + ("" if per_engine >= seq else ": NOT ONE; raise --vllm_gpu_memory_utilization or --vllm_tp"))
+        k, seq = largest_micro_batch(s, su), su.prompt_len + c.max_response_len
+        lines.append(f"micro-batch: at most {k} sequence{'s' if k > 1 else ''} of {seq} tokens fit in this layout "
+                     f"(--micro_batch_tokens {k * seq})"
+                     if k else "micro-batch: not even one sequence fits in this layout")
         if not (res["fits_gpu"] and res["fits_host"]):
             lines += [f"change: {x}" for x in suggestions(s, su)]
     return "\n".join(lines)
@@ -389,7 +531,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--gpus", type=int, default=8, help="GPUs (processes) per node; with --device cpu: processes")
     ap.add_argument("--nodes", type=int, default=1)
     ap.add_argument("--device", choices=("gpu", "cpu"), default="gpu")
-    ap.add_argument("--forward", choices=("packed-hidden", "padded-logits"), default="packed-hidden")
+    ap.add_argument("--flash_attn", type=cli.parse_bool, default=True, metavar="true|false",
+                    help="GPU, --pack_micro_batches true: flash-attn is installed, so packed rows run flash_attention_2 "
+                         "(no mask); false: sdpa with the row's block-diagonal mask")
     ap.add_argument("--prompt_len", type=int, default=0, help="longest prompt in tokens (0 = --max_prompt_len)")
     ap.add_argument("--gpu_gib", type=float, default=79.6,
                     help="memory of one GPU (an 80 GB H100 or A100 shows 81,559 MiB: 79.6 GiB; a 141 GB H200 140)")
@@ -414,9 +558,9 @@ def main(argv: list[str] | None = None) -> dict:
     if args.device == "cpu" and cfg.engine == "vllm":
         raise ValueError("--device cpu --engine vllm: the plan models vLLM on GPUs only (its share of GPU memory); plan "
                          "CPU runs with --engine hf")
-    su = Setup(cfg, ranks, args.gpus, args.device, args.forward, args.prompt_len or cfg.max_prompt_len, args.gpu_gib,
+    su = Setup(cfg, ranks, args.gpus, args.device, args.prompt_len or cfg.max_prompt_len, args.gpu_gib,
                args.gpu_reserve_gib, args.host_gib,
-               args.runtime_gib or (CPU_RUNTIME_GIB if args.device == "cpu" else GPU_HOST_RUNTIME_GIB))
+               args.runtime_gib or (CPU_RUNTIME_GIB if args.device == "cpu" else GPU_HOST_RUNTIME_GIB), args.flash_attn)
     s = model_shape(args.model_config)
     res = plan(s, su)
     print(render(s, su, res))
