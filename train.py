@@ -122,8 +122,15 @@ class Config:
     offpolicy_weight_mode: str = F("cap", "decoupled, a weight above C: 'cap' (truncated to C) or 'mask' (token dropped)")
     max_policy_lag: int = F(0, "[eta] generate in a process of its own, at most this many policy versions behind the learner "
                             "(admission control: no batch is started that would be older when used); 0 = inline (official)")
-    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the two processes then "
+    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the processes then "
                                 "reproduce the inline loop; for testing the pipeline)")
+    generator_workers: int = F(1, "[K] generator processes beside the learner (with a generator process): shard c of each "
+                               "generation round is sampled by worker c % K; on GPU worker c takes the GPU after the node's "
+                               "learner ranks (docs/scale.md \"Generation placement\")")
+    generator_weights: str = F("broadcast", "how the learner's weights reach the generator workers: broadcast (torch.distributed "
+                               "on a process group of their own: gloo on CPU, nccl on GPU) or shared_memory (one host)")
+    generator_timeout_s: float = F(60.0, "a generator worker not heard from for this long (stopped, or stuck), or a weight "
+                                   "transfer not done within it, stops the run (seconds)")
     # optimisation
     lr: float = F(2e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
@@ -149,7 +156,8 @@ class Config:
                               "more than this after a weight sync; 0 = 1e-4 (fp32 engine) / 2e-2 (bf16); < 0 = record only")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
-                        "engine group c % groups (groups = processes / vllm_tp). 0 = one per group. Equal values give "
+                        "engine group c % groups (groups = processes / vllm_tp, or the --generator_workers). 0 = one per "
+                        "group. Equal values give "
                         "equal rollouts on any number of ranks: `python train.py --gen_shards N` reproduces "
                         "`torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
@@ -218,7 +226,8 @@ PRESETS: dict[str, dict] = {
 
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every",
-                      "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol"}
+                      "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol",
+                      "generator_weights", "generator_timeout_s"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -302,7 +311,8 @@ class Rollouts:
 
 
 def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: Config, dist: Dist, tokenizer,
-                   task: Task, buffer: list[Group], *, version: int | None = None, n_shards: int = 0) -> Rollouts:
+                   task: Task, buffer: list[Group], *, version: int | None = None, n_shards: int = 0,
+                   learners: int = 0) -> Rollouts:
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
@@ -318,7 +328,8 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     max_rollout_age.
 
     version: the weights version generating (default `step`: inline, the learner's own weights);
-    n_shards: prompt shards per round (default --gen_shards, else one per engine group).
+    n_shards: prompt shards per round (default --gen_shards, else one per engine group); learners:
+    the ranks that train the batch (default dist.world; generator workers pass the learner's).
 
     Raises:
         cli.RunStopped: the round budget ran out under --on_exhausted error.
@@ -386,7 +397,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
         stats["groups/exhausted"] = 1.0
         # skip: train on nothing; partial: whole groups, a multiple of the world size so every
         # rank gets the same count. Groups not trained go back to the buffer when there is one.
-        cut = 0 if cfg.on_exhausted == "skip" else len(kept) - len(kept) % dist.world
+        cut = 0 if cfg.on_exhausted == "skip" else len(kept) - len(kept) % (learners or dist.world)
         kept, unused = kept[:cut], kept[cut:]
         if cfg.max_rollout_age > 0:
             buffer[:0] = unused  # oldest first, trained on first later
