@@ -524,7 +524,6 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
     model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
     own = model.state_dict()
     transport.check_layout(s["weights"]["layout"], own, cfg.model or "tiny")
-    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False)
     store = None
     if s["store_port"] is not None:
         import torch.distributed as tdist
@@ -532,8 +531,10 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
         store = tdist.TCPStore("127.0.0.1", s["store_port"], is_master=False,
                                timeout=datetime.timedelta(seconds=cfg.generator_timeout_s))
         if workers > 1:  # the workers' own group: collect_groups gathers every round's shards through it
+            # (before the engine: an in-process vLLM engine otherwise makes a default group of its own)
             tdist.init_process_group("gloo", store=tdist.PrefixStore("pool", store), rank=c, world_size=workers,
                                      timeout=datetime.timedelta(seconds=POOL_TIMEOUT_S))
+    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False)
     if s["weights"]["transport"] == "broadcast":
         weights = transport.BroadcastWeights(s["weights"], store, c + 1, device, cfg.generator_timeout_s)
     else:

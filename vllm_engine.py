@@ -71,9 +71,12 @@ HARMLESS_VLLM_MESSAGES = {
     "libiomp is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
     "CPU backend doesn't allow to use `torch.set_num_threads`": "the trainer keeps its own thread count (see __init__)",
     "Using None for EOS token id": "no tokenizer in the engine: stop ids go with every request",
+    "Unknown vLLM environment variable detected: VLLM_DIST_IDENT": "vLLM's CPU worker sets it in its process's "
+        "environment (vllm/v1/worker/cpu_worker.py); a generator worker inherits it from the learner's engine",
 }
 _VLLM_LOG_SETTINGS = ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
 _QUIET: bool | None = None  # decided once per process, by the first engine
+_QUIET_MARK = "DAPO_VLLM_QUIETED"  # set by a process that quieted vLLM, for the processes it starts
 
 
 class _HarmlessFilter(logging.Filter):
@@ -91,12 +94,13 @@ def _vllm_env_defaults() -> bool:
     gone) and `_quiet_vllm_logs` prints its warnings, without the HARMLESS_VLLM_MESSAGES.
     """
     global _QUIET
-    if _QUIET is None:
-        _QUIET = not any(k in os.environ for k in _VLLM_LOG_SETTINGS)
+    if _QUIET is None:  # a child (a generator worker) inherits the decision, and the setting below, with the environment
+        _QUIET = os.environ.get(_QUIET_MARK) == "1" or not any(k in os.environ for k in _VLLM_LOG_SETTINGS)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process (see above)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU; default is 4+
     if _QUIET:
         os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
+        os.environ[_QUIET_MARK] = "1"
     return _QUIET
 
 
