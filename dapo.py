@@ -24,8 +24,9 @@ Each DAPO intervention is one function with one config switch (train.py `Config`
     | after DAPO: CISPO (MiniMax-M1, 2025)    | cispo_loss               | surrogate "clip"         |
     | after DAPO: GSPO (Qwen, 2025)           | gspo_loss                | surrogate "clip"         |
 
-Group advantages (group_advantages) and the chunked log-prob/entropy routine (token_logprobs)
-are shared by GRPO and DAPO.
+Group advantages (group_advantages) are shared by GRPO and DAPO, and so are the log-probs and
+the true entropy that the ratio and the entropy metric come from: forward.token_logprobs, which
+computes them from the model's hidden states a chunk of positions at a time.
 
 Nothing here does I/O, touches distributed state or loads a model. Denominators that depend on
 the whole optimizer step (all micro-batches, all ranks) are explicit arguments: the caller counts
@@ -46,7 +47,6 @@ __all__ = [
     "overlong_penalty",
     "overlong_filter",
     "dynamic_sampling_keep",
-    "token_logprobs",
     "cispo_loss",
     "gspo_loss",
     "SURROGATES",
@@ -723,90 +723,3 @@ def offpolicy_loss(
         if objective == "decoupled":
             loss_tok = loss_tok * w  # (B, T)
     return loss_tok, stats
-
-
-# --- DAPO: log-probabilities and true entropy (shared) ---------------------------------------------
-
-
-class _ChunkedTokenLogprob(torch.autograd.Function):
-    """log_softmax(logits / temperature)[token] and the entropy, chunked over rows.
-
-    Autograd through a plain chunked log_softmax would save every chunk's (rows, V) fp32 output
-    for backward, i.e. the full fp32 tensor again. Here each chunk works in ONE (rows, V) fp32
-    buffer, updated in place, and backward recomputes the softmax of each chunk:
-    d logp / d logits = (onehot(token) - softmax) / temperature. Peak memory beside the logits
-    (and their gradient) is one chunk (bench/bench_logprob_memory.py).
-    """
-
-    @staticmethod
-    def forward(ctx, logits, tokens, temperature, chunk_size):  # logits (N, V), tokens (N,)
-        N = logits.shape[0]
-        logp = torch.empty(N, dtype=torch.float32, device=logits.device)  # (N,)
-        entropy = torch.empty(N, dtype=torch.float32, device=logits.device)  # (N,)
-        for s in range(0, N, chunk_size):
-            z = logits[s : s + chunk_size].to(torch.float32, copy=True).div_(temperature)  # (n, V) the buffer
-            z.sub_(z.amax(dim=1, keepdim=True))  # (n, V) shifted logits z' (max 0): exp cannot overflow
-            picked = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1)  # (n,) z' of the sampled token
-            z.exp_()  # (n, V) e = exp(z')
-            sum_e = z.sum(dim=1)  # (n,)
-            lse = sum_e.log()  # (n,) logsumexp(z')
-            logp[s : s + chunk_size] = picked - lse
-            # H = -sum p log p = lse - sum(e z') / sum(e), and e z' = e log e (xlogy: 0 where e = 0)
-            entropy[s : s + chunk_size] = lse - torch.special.xlogy(z, z, out=z).sum(dim=1) / sum_e
-        ctx.save_for_backward(logits, tokens)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
-        ctx.mark_non_differentiable(entropy)
-        return logp, entropy
-
-    @staticmethod
-    def backward(ctx, grad_logp, _grad_entropy):  # grad_logp (N,)
-        logits, tokens = ctx.saved_tensors
-        grad = torch.empty_like(logits)  # (N, V), dtype of logits
-        for s in range(0, logits.shape[0], ctx.chunk_size):
-            g = logits[s : s + ctx.chunk_size].to(torch.float32, copy=True).div_(ctx.temperature)  # (n, V)
-            g.sub_(g.amax(dim=1, keepdim=True)).exp_()  # (n, V) unnormalised softmax
-            g.div_(g.sum(dim=1, keepdim=True)).neg_()  # (n, V) -softmax
-            g.scatter_add_(1, tokens[s : s + ctx.chunk_size, None], torch.ones_like(g[:, :1]))  # onehot - softmax
-            g.mul_(grad_logp[s : s + ctx.chunk_size, None] / ctx.temperature)
-            grad[s : s + ctx.chunk_size] = g
-        return grad, None, None, None
-
-
-def token_logprobs(
-    logits: torch.Tensor, tokens: torch.Tensor, *, temperature: float = 1.0, chunk_size: int = 1024
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-probability of each sampled token and the true entropy at each position.
-
-    Shared by GRPO and DAPO (the ratio in eq. 10 is exp of a difference of these). Both are taken
-    from softmax(logits / temperature): the distribution the sampler drew from. Skipping the
-    temperature makes the first mini-batch's ratio differ from 1 (docs/PITFALLS.md, failure 6).
-    The entropy is -sum_v p_v log p_v over the whole vocabulary, not the mean negative log-prob of
-    the sampled tokens (failure 9). Rows are processed in chunks so that at most one
-    (chunk_size, V) fp32 tensor exists beside the logits (failure 8).
-
-    Args:
-        logits: (B, T, V) any float dtype; logits[b, t] is the distribution that produced
-            tokens[b, t] (i.e. already shifted by one against the input ids).
-        tokens: (B, T) long, sampled response token ids (padding positions may hold any valid id;
-            their values are meaningless and must be masked by the caller).
-        temperature: sampling temperature, > 0.
-        chunk_size: rows (B*T positions) per chunk.
-
-    Returns:
-        logp: (B, T) float32, differentiable w.r.t. logits.
-        entropy: (B, T) float32, detached.
-
-    Raises:
-        ValueError: temperature <= 0, chunk_size < 1, shapes disagree.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if logits.ndim != 3 or logits.shape[:2] != tokens.shape:
-        raise ValueError(f"logits must be (B, T, V) and tokens (B, T); got {tuple(logits.shape)} and {tuple(tokens.shape)}")
-    B, T, V = logits.shape
-    flat = logits.reshape(B * T, V)  # (N, V), a view
-    flat_tokens = tokens.reshape(B * T)  # (N,)
-    logp, entropy = _ChunkedTokenLogprob.apply(flat, flat_tokens, float(temperature), int(chunk_size))  # (N,), (N,)
-    return logp.view(B, T), entropy.view(B, T)

@@ -63,13 +63,15 @@ import cli
 import compare
 import frontier
 import paraphrase
+import distributed
 import plumbing
 import rollout
 import verifier
 from cli import F
 from estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                         paired_bootstrap, pass_at_k, problem_scores)
-from plumbing import Dist, rank_seed, repo_commit, shard, unshard
+from distributed import Dist, rank_seed, shard, unshard
+from plumbing import repo_commit
 from rollout import SamplingParams
 from task import Dataset, Task
 
@@ -283,7 +285,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         greedy_scored = None if g is None else (g, _score(p, g, tokenizer, cfg, task)[1])
         texts, scores = _score(p, group, tokenizer, cfg, task)
         records.append(_problem_record(p, group, scores, greedy_scored, same, texts if keep_samples else None))
-    parts = plumbing.all_gather_objects((records, gen_s, greedy_s), dist)
+    parts = distributed.all_gather_objects((records, gen_s, greedy_s), dist)
     records = unshard([part[0] for part in parts[::tp]], n_groups)
 
     metrics, ci = summarize(records, n_boot=n_boot, ci_level=ci_level, seed=seed)
@@ -367,7 +369,7 @@ def resolve_model(spec: str) -> Path:
         path = path / "final"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
-                                f"directory holding final/ (the default model is built by `python tiny.py build`)")
+                                f"directory holding final/ (the default model is built by `python tiny_base.py`)")
     return path
 
 
@@ -443,9 +445,10 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     """
     name = rollout.resolve_engine(name)
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code) if name == "hf" else None
+    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
+                                world=world) if name == "hf" else None  # under torchrun: FSDP2 shards, no whole copy
     max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
-    engine = rollout.make_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
+    engine = plumbing.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
                                  top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world)
     return engine, tokenizer
@@ -502,7 +505,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     """
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
-    plumbing.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
+    distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
     task = Task()
     tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
@@ -559,7 +562,7 @@ def frontier_main(argv: list[str]) -> dict | None:
             raise FileNotFoundError(f"--models entry {i} {spec!r}: no config.json there; pass an HF model directory, a run "
                                     "directory holding final/, or a report.json of eval.py") from None
     torch.set_num_threads(ecfg.threads)
-    dist, device = plumbing.init_distributed(ecfg.device)
+    dist, device = distributed.init_distributed(ecfg.device)
     reports = []
     try:
         for name, (rep, model_dir) in zip(names, sources):
@@ -569,7 +572,7 @@ def frontier_main(argv: list[str]) -> dict | None:
                     write_report(rep, Path(args.out) / name)
             reports.append(rep)
     finally:
-        plumbing.close_distributed(dist)
+        distributed.close_distributed(dist)
     if not dist.main:
         return None
     costs = [frontier.training_cost(rep["settings"]["model"]) for rep in reports]
@@ -589,11 +592,11 @@ def main(argv: list[str] | None = None) -> dict | None:
         return frontier_main(argv[1:])
     ecfg = parse_args(argv)
     torch.set_num_threads(ecfg.threads)
-    dist, device = plumbing.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`
+    dist, device = distributed.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`
     try:
         res = measure(ecfg, dist, device)
     finally:
-        plumbing.close_distributed(dist)
+        distributed.close_distributed(dist)
     if not dist.main:
         return None
     for m, v in res["metrics"].items():

@@ -104,6 +104,7 @@ from dataclasses import dataclass
 import torch
 
 import cli
+import distributed
 import plumbing
 import rollout
 import transport
@@ -274,7 +275,7 @@ class AsyncGenerator:
         out = None
         if self.dist.main:
             out = ("failed", self.failed) if self.failed else self._receive(step)
-        out = plumbing.broadcast_object(out, self.dist)
+        out = distributed.broadcast_object(out, self.dist)
         if out[0] == "failed":
             raise cli.RunStopped(out[1])
         self.stream_position = out[2]
@@ -384,7 +385,7 @@ class AsyncGenerator:
             self.control[PENDING] = version
             failed = self._wait_all(lambda c: self.control.ready(c) == version or self._finished(c))
             done = all(self._finished(c) for c in range(self.workers))  # past their last batch: nothing to send
-        failed, done = plumbing.broadcast_object((failed, done), self.dist)
+        failed, done = distributed.broadcast_object((failed, done), self.dist)
         t1 = time.perf_counter()
         if not (failed or done):
             items = rollout.stream_weights(model)  # under FSDP2 one all-gather per tensor, on every rank
@@ -400,7 +401,7 @@ class AsyncGenerator:
             failed += f", while the learner handed over weights version {version}"
             if version > self.start:  # the loop checkpoints the step it has just trained, then stops
                 failed += f"; the learner wrote a checkpoint after {version} rollout steps: --resume latest continues"
-        self.failed = plumbing.broadcast_object(failed, self.dist)
+        self.failed = distributed.broadcast_object(failed, self.dist)
         return {"async/publish_wait_s": t1 - t0, "async/weight_transfer_s": time.perf_counter() - t1}
 
     def _finished(self, c: int) -> bool:
@@ -518,7 +519,7 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
 
 def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, sender: _Sender, learner_gone) -> None:
     cfg, data, workers = s["cfg"], s["data"], control.workers
-    plumbing.seed_everything(cfg.seed, 1)  # one thread per process
+    distributed.seed_everything(cfg.seed, 1)  # one thread per process
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     device = worker_device(cfg, c, s["learners_here"])
     model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
@@ -543,7 +544,7 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
     atol = 2e-2 if device.type == "cuda" and cfg.bf16 else 1e-5
     stream = PromptStream(len(data), cfg.seed)
     stream.position = s["stream_position"]
-    dist, version, n = plumbing.Dist(c, workers), -1, 0
+    dist, version, n = distributed.Dist(c, workers), -1, 0
     for b in range(s["start"], cfg.steps):
         t0, load_s = time.perf_counter(), 0.0
         while True:  # what to do before batch b: the same for every worker (worker 0 decides)

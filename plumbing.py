@@ -1,226 +1,42 @@
-"""Plumbing a learner may skip on first reading: processes and collectives, model loading and FSDP2, forward passes.
+"""Plumbing a learner may skip on first reading: processes and collectives, model loading and FSDP2.
 
 Nothing here is DAPO. train.py and eval.py call these so that their own code reads as the
 algorithm; a single-GPU fork can delete the FSDP and collective parts (with one process every
 collective below is a no-op). Sections, in order:
 
-  processes         torchrun ranks, the few collectives the loop needs, generation engine groups; seeding
-  evaluation split  problems across ranks; the repository commit
+  the repository    the commit a run or report records
   model             policy and tokenizer loading, dropout off, FSDP2 wrapping, saving in HF format,
-                    the optimizer and the generation engine of a config
-  forward passes    padding a micro-batch, log-probs with a shared pass over each group's prompt,
-                    splitting a rollout batch into mini-batches and micro-batches, the optimizer step
+                    the optimizer and the generation engine (of a name, and of a config)
 
-The other plumbing: cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
+The other plumbing: distributed.py (torchrun ranks, collectives, engine groups, seeding), loading.py
+(a model sharded from the start under torchrun), forward.py (the trainer's forward passes, micro-batches, the optimizer step),
+cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
 logs, checkpoints, the run's bookkeeping), generator.py (generation beside the learner),
 vllm_engine.py (the vLLM engine).
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
-import os
-import random
 import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
-import dapo
+import loading
+import rollout
+import tiny
+import vllm_engine
+from distributed import Dist
 
 REPO = Path(__file__).resolve().parent
 DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
 
 
-# --- plumbing: processes ------------------------------------------------------------------------------
-
-
-@dataclass
-class Dist:
-    """This process's place under torchrun (rank 0 of 1 without it)."""
-
-    rank: int = 0
-    world: int = 1
-
-    @property
-    def main(self) -> bool:
-        return self.rank == 0
-
-
-def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
-    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda."""
-    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
-    if "RANK" not in os.environ:
-        return Dist(), torch.device("cuda" if use_cuda else "cpu")
-    import torch.distributed as tdist
-
-    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
-    if use_cuda:
-        torch.cuda.set_device(local)
-    if not tdist.is_initialized():
-        # On GPU: NCCL for CUDA tensors, gloo for the CPU-tensor collectives of the loop
-        # (all_reduce_sum, rollout.sync_engine's gap) that NCCL alone would reject.
-        tdist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo")
-    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
-
-
-def close_distributed(dist: Dist) -> None:
-    """Tear down the process group at the end of a torchrun run, after a last barrier (nothing with one process).
-
-    Raises RuntimeError: under torchrun the group is already gone (something else destroyed the
-    trainer's group, e.g. a generation engine's shutdown: vllm_engine.VLLMEngine.close must not).
-    """
-    if dist.world == 1:
-        return
-    if not torch.distributed.is_initialized():
-        raise RuntimeError("the trainer's process group was destroyed before the end of the run (by the engine's shutdown?)")
-    torch.distributed.barrier()
-    torch.distributed.destroy_process_group()
-
-
-def all_gather_objects(obj, dist: Dist) -> list:
-    """[obj of rank 0, obj of rank 1, ...] on every rank."""
-    if dist.world == 1:
-        return [obj]
-    out = [None] * dist.world
-    torch.distributed.all_gather_object(out, obj)
-    return out
-
-
-def broadcast_object(obj, dist: Dist):
-    """Rank 0's `obj` on every rank (pickled through the default process group)."""
-    if dist.world == 1:
-        return obj
-    box = [obj]
-    torch.distributed.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
-    """Sum (or max) of a number over all ranks, in float64."""
-    if dist.world == 1:
-        return x
-    t = torch.tensor([x], dtype=torch.float64)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
-    return float(t.item())
-
-
-def all_reduce_max(x: float, dist: Dist) -> float:
-    return all_reduce_sum(x, dist, op="max")
-
-
-def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tuple]:
-    """Every rank's generated shards on every rank, one copy of each, sorted by shard index.
-
-    local: this rank's (shard index, seed, wall seconds, prompt indices, samples) tuples, samples
-    a list (per prompt) of lists of rollout.Sample. With tp > 1 the tp consecutive ranks of an
-    engine group generated the same shards: only the group's first rank sends its samples, the
-    others a digest of their tokens, which must match (same prompts, seed and weights give the
-    same tokens; docs/PITFALLS.md, failure 13). A collective.
-
-    Raises GroupMismatchError: the ranks of one group drew different tokens for a shard.
-    """
-    leader = dist.rank % tp == 0
-    def digest(samples) -> str:
-        return hashlib.sha256(repr([[s.token_ids for s in g] for g in samples]).encode()).hexdigest()[:16]
-
-    mine = [(*x[:4], x[4] if leader else None, digest(x[4]) if tp > 1 else None) for x in local]
-    parts = all_gather_objects(mine, dist)
-    if tp > 1:
-        for c in {x[0] for part in parts for x in part}:
-            drew = {r: x[5] for r, part in enumerate(parts) for x in part if x[0] == c}
-            if len(set(drew.values())) > 1:
-                raise GroupMismatchError(f"ranks {sorted(drew)} (engine group {min(drew) // tp}) drew different tokens "
-                                         f"for shard {c}")
-    return sorted((x[:5] for part in parts for x in part if x[4] is not None), key=lambda x: x[0])
-
-
-def barrier(dist: Dist) -> None:
-    if dist.world > 1:
-        torch.distributed.barrier()
-
-
-class GroupMismatchError(RuntimeError):
-    """Ranks that must act as one (the ranks of one tensor-parallel engine) were given different inputs."""
-
-
-def engine_groups(world: int, tp: int) -> list[list[int]]:
-    """The ranks of each generation engine: `tp` consecutive ranks per engine, [[0..tp-1], [tp..2tp-1], ...].
-
-    The layout vLLM's external launcher gives its tensor-parallel groups
-    (vllm/distributed/parallel_state.py, initialize_model_parallel), and TRL's colocate mode's
-    (trl/generation/vllm_generation.py). Raises ValueError unless tp >= 1 divides world.
-    """
-    if tp < 1 or world % tp:
-        raise ValueError(f"--vllm_tp {tp} must be >= 1 and divide the number of processes ({world})")
-    return [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
-
-
-def new_engine_group(tp: int):
-    """This rank's group of `engine_groups` as a gloo process group (a collective: every rank calls it)."""
-    import torch.distributed as tdist
-
-    mine, _ = tdist.new_subgroups_by_enumeration(engine_groups(tdist.get_world_size(), tp), backend="gloo")
-    return mine
-
-
-def assert_same_in_group(key, group, what: str) -> None:
-    """Raise GroupMismatchError on every rank of `group` unless all of them pass an equal `key`.
-
-    key: any picklable value (e.g. (seed, hash of the prompts)). A collective over `group`.
-    """
-    import torch.distributed as tdist
-
-    keys = [None] * tdist.get_world_size(group)
-    tdist.all_gather_object(keys, key, group=group)
-    if any(k != keys[0] for k in keys):
-        ranks = tdist.get_process_group_ranks(group)
-        raise GroupMismatchError(f"{what}: " + ", ".join(f"rank {r}: {k}" for r, k in zip(ranks, keys)))
-
-
-def seed_everything(seed: int, threads: int = 0) -> None:
-    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1)."""
-    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-
-
-# --- plumbing: splitting evaluation problems across ranks ---------------------------------------------------
-
-
-def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
-    """Problem indices rank `rank` generates: (indices, how many are real).
-
-    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
-    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
-    otherwise). Results of the padding are dropped before the gather.
-    """
-    if not (0 <= rank < world and n >= 1):
-        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
-    real = list(range(rank, n, world))
-    return real + [0] * (-(-n // world) - len(real)), len(real)
-
-
-def unshard(parts: list[list], world: int) -> list:
-    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
-    out = [None] * sum(map(len, parts))
-    for r, part in enumerate(parts):
-        for j, x in enumerate(part):
-            out[r + j * world] = x
-    return out
-
-
-def rank_seed(seed: int, rank: int, world: int) -> int:
-    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
-    if world == 1:
-        return seed
-    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
+# --- plumbing: the repository ----------------------------------------------------------------------
 
 
 def repo_commit() -> str:
@@ -238,23 +54,47 @@ def repo_commit() -> str:
 # --- plumbing: model ------------------------------------------------------------------------------------
 
 
-def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False):
+def load_policy(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None):
     """(model, tokenizer) from an HF directory ('' = the tiny base policy): load_tokenizer + load_model.
 
-    Raises FileNotFoundError / ValueError as load_tokenizer.
+    Raises FileNotFoundError / ValueError as load_tokenizer and load_model.
     """
     tokenizer = load_tokenizer(path, trust_remote_code=trust_remote_code)
-    return load_model(path, device, trust_remote_code=trust_remote_code), tokenizer
+    return load_model(path, device, trust_remote_code=trust_remote_code, world=world, fsdp=fsdp), tokenizer
 
 
-def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False):
-    """The causal LM of an HF directory in float32 (safetensors only; no remote code unless asked),
-    with dropout switched off (disable_dropout); '' is the tiny base policy."""
-    from transformers import AutoModelForCausalLM
+@dataclass(frozen=True)
+class FSDPSettings:
+    """What wrap_fsdp reads (train.Config has the same fields): here fp32, no checkpointing, no offload."""
 
-    model = AutoModelForCausalLM.from_pretrained(
-        path or str(DEFAULT_MODEL), dtype=torch.float32, use_safetensors=True, trust_remote_code=trust_remote_code
-    ).to(device)
+    activation_checkpointing: bool = False
+    bf16: bool = False
+    cpu_offload: bool = False
+
+
+def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None):
+    """The causal LM of an HF directory ('' = the tiny base policy) in float32, dropout off (disable_dropout),
+    wrapped by wrap_fsdp; safetensors only, no remote code unless asked.
+
+    One process (world 1): transformers' from_pretrained onto `device`, as it always was
+    (loading.load_whole). Under torchrun (world > 1, a collective): FSDP2 shards from the start,
+    each rank reading only its slices of the files (loading.load_sharded: no rank ever holds the
+    whole model). Both check that the checkpoint's tensors are exactly the model's.
+
+    fsdp: the FSDP2 settings wrap_fsdp reads (a train.Config); None = FSDPSettings().
+
+    Raises:
+        FileNotFoundError: no config.json, or no safetensors weights (loading.model_config).
+        ValueError: an architecture transformers does not know; a missing, unexpected or
+            misshapen tensor; tied embeddings stored with different values.
+    """
+    path = path or str(DEFAULT_MODEL)
+    fsdp, dist = fsdp or FSDPSettings(), Dist(torch.distributed.get_rank() if world > 1 else 0, world)
+    if world > 1:
+        model = loading.load_sharded(path, device, lambda m: wrap_fsdp(m, fsdp, device, dist),
+                                     trust_remote_code=trust_remote_code, offload=fsdp.cpu_offload)
+    else:
+        model = wrap_fsdp(loading.load_whole(path, device, trust_remote_code=trust_remote_code), fsdp, device, dist)
     disable_dropout(model)
     return model
 
@@ -333,11 +173,14 @@ def set_activation_checkpointing(model, on: bool) -> None:
 
 
 def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
-    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun.
+    """FSDP2 (`fully_shard`) on every decoder layer and at the root, under torchrun; activation checkpointing if asked.
 
-    Mixed precision on GPU: bf16 compute and communication of parameters, fp32 gradient reduction
-    and fp32 master weights (the optimizer sees fp32 shards). CPU stays fp32 (gloo). Reads
-    cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
+    Works on a built model or on the meta device (loading.load_sharded calls it before any
+    weight exists). The root group holds the embeddings and the output head, so tied embeddings
+    are one parameter of one group (torch 2.13 refuses a parameter shared between two groups;
+    pytorch/pytorch issue 176076). Mixed precision on GPU: bf16 compute and communication of parameters,
+    fp32 gradient reduction and fp32 master weights (the optimizer sees fp32 shards). CPU stays
+    fp32 (gloo). Reads cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
 
     Raises ValueError: the model does not name its decoder layers (_no_split_modules).
     """
@@ -363,18 +206,13 @@ def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
 
 
 def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
-    """Full weights in HF format on rank 0 (gathered from FSDP shards when distributed), the
-    tokenizer, and `extra` as dapo_run.json (what eval.py reads back: config, verifier version)."""
-    state = None
-    if dist.world > 1:
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    """Full weights in HF format on rank 0, the tokenizer, and `extra` as dapo_run.json (what eval.py
+    reads back: config, verifier version). Under torchrun only rank 0 ever holds the whole
+    model: the shards are gathered to it one tensor at a time (loading.gather_on_rank0)."""
+    state = loading.gather_on_rank0(model, dist.rank, dist.world) if dist.world > 1 else None
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         if getattr(tokenizer, "dapo_plain_fast", False):
-            import tiny
-
             tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
         else:
             tokenizer.save_pretrained(out)
@@ -397,16 +235,54 @@ def step_schedule(scheduler) -> None:
         scheduler.step()
 
 
+def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
+                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
+                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True, tp: int = 1,
+                dtype: str = "float32") -> rollout.Engine:
+    """The generation engine for --engine (rollout.resolve_engine), the one factory of train.py and eval.py.
+
+    "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
+    "vllm": vllm_engine.VLLMEngine loaded from model_dir in `dtype`, holding max_model_len tokens
+    (prompt + response), tensor-parallel over `tp` consecutive ranks (every rank calls this); on
+    GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
+    generates from model_dir's weights until the caller syncs it (rollout.sync_engine). Its log-probs
+    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
+
+    announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
+    applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
+
+    Raises ValueError as resolve_engine, or tp > 1 with the hf engine or a world it does not divide.
+    """
+    name = rollout.resolve_engine(name)
+    if tp != 1 and name != "vllm":
+        raise ValueError(f"--vllm_tp {tp} needs --engine vllm (the hf engine generates on the FSDP-sharded trainer)")
+    if name == "hf":
+        engine = rollout.HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
+    else:
+        kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
+        if getattr(device, "type", device) == "cuda":
+            # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        engine = vllm_engine.VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, tp=tp, dtype=dtype, **kw)
+    if announce:
+        notice = rollout.generation_config_notice(rollout._GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+        if sampler_logprobs and temperature > 0 and not engine.logprobs_available(
+                rollout.SamplingParams(n=1, max_new_tokens=1, temperature=temperature, top_p=top_p)):
+            print(f"[engine] {engine.name} cannot return log-probs of softmax(logits / {temperature}) with top_p "
+                  f"{top_p}: the sampler/* metrics are off for this run", file=sys.stderr, flush=True)
+    return engine
+
+
 def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None):
-    """The generation engine of a train.Config (rollout.make_engine), holding the longest prompt plus
+    """The generation engine of a train.Config (build_engine), holding the longest prompt plus
     the response budget (capped at the model's position limit); vLLM runs in bf16 on GPU with
     --bf16, else in float32, tensor-parallel over --vllm_tp ranks. An engine with weights of its own
     (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating; `probe`
     (prompt ids, reference answer ids) is what sync_engine then scores on both sides to check it."""
-    import rollout
-
     max_len = engine_max_len(cfg.model, longest_prompt + cfg.max_response_len)
-    engine = rollout.make_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
+    engine = build_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
                                  device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
                                  max_model_len=max_len, max_batch=cfg.engine_max_batch,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
@@ -416,167 +292,3 @@ def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, 
         engine.sync_probe = rollout.sync_probe(probe[0], probe[1], max_len)
         engine.sync_atol = cfg.vllm_sync_atol or engine.sync_atol
     return engine
-
-
-# --- plumbing: forward passes ---------------------------------------------------------------------------
-
-
-def pad_micro_batch(batch, idx: list[int], pad_id: int, device):
-    """Left-padded prompts + right-padded responses for the responses in idx.
-
-    batch: anything with prompt_ids, response_ids (lists of token-id lists) and mask_rows (B,)
-    (train.Batch). Returns input_ids (b, P+T), attention_mask (b, P+T), position_ids (b, P+T),
-    response ids (b, T) and the response loss mask (b, T) (0 on padding and on overlong-filtered rows).
-    """
-    P = max(len(batch.prompt_ids[i]) for i in idx)
-    T = max(len(batch.response_ids[i]) for i in idx)
-    ids = torch.full((len(idx), P + T), pad_id, dtype=torch.long)  # (b, P+T)
-    attn = torch.zeros((len(idx), P + T), dtype=torch.long)  # (b, P+T)
-    for r, i in enumerate(idx):
-        p, o = batch.prompt_ids[i], batch.response_ids[i]
-        ids[r, P - len(p) : P] = torch.tensor(p)
-        ids[r, P : P + len(o)] = torch.tensor(o)
-        attn[r, P - len(p) : P + len(o)] = 1
-    pos = (attn.cumsum(1) - 1).clamp(min=0)  # (b, P+T): left padding must not shift positions
-    resp = ids[:, P:]  # (b, T)
-    mask = attn[:, P:].float() * batch.mask_rows[idx][:, None]  # (b, T)
-    return ids.to(device), attn.to(device), pos.to(device), resp.to(device), mask.to(device)
-
-
-def forward_logprobs(model, ids, attn, pos, resp, cfg):
-    """Log-probs and entropy of the response tokens under `model`: (b, T) each.
-
-    ids, attn, pos: (b, P+T) from pad_micro_batch; resp: (b, T). cfg: temperature,
-    logprob_chunk, share_prompt_forward. With --share_prompt_forward (default) rows that share a
-    prompt (the G responses of a group) share one pass over it: see shared_prompt_logprobs. Same
-    values up to float rounding (tests/test_train.py); the plain pass is used when sharing is off,
-    when every row has its own prompt, under activation checkpointing (which turns the KV cache
-    off), and for models with sliding-window or chunked attention layers (whose caches may drop
-    old keys).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # transformers 5.24 names it is_activation_checkpointing (is_gradient_checkpointing warns)
-    checkpointing = model.training and bool(getattr(model, "is_activation_checkpointing", None)
-                                            if hasattr(type(model), "is_activation_checkpointing")
-                                            else getattr(model, "is_gradient_checkpointing", False))
-    if cfg.share_prompt_forward and T >= 2 and not checkpointing and full_attention_only(model):
-        # identical (ids, mask) prompt rows are one prompt; unique rows come back sorted, `row`
-        # maps each of the b rows to its prompt among the u unique ones
-        key = torch.cat([ids[:, :P], attn[:, :P]], 1)  # (b, 2P)
-        uniq, row = torch.unique(key, dim=0, return_inverse=True)  # (u, 2P), (b,)
-        if len(uniq) < len(row):
-            first = torch.full((len(uniq),), len(row), dtype=torch.long, device=ids.device)
-            first = first.scatter_reduce(0, row, torch.arange(len(row), device=ids.device), "amin")  # (u,)
-            return shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg)
-    # Only the T positions that predict response tokens need logits (plus the last, dropped).
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=T + 1).logits  # (b, T+1, V)
-    return dapo.token_logprobs(logits[:, :-1], resp, temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-
-
-def full_attention_only(model) -> bool:
-    """True unless the model's config declares sliding-window or chunked attention layers."""
-    c = model.config
-    kinds = getattr(c, "layer_types", None)
-    if kinds:
-        return all(k == "full_attention" for k in kinds)
-    return getattr(c, "sliding_window", None) is None and getattr(c, "attention_chunk_size", None) is None
-
-
-def shared_prompt_logprobs(model, ids, attn, pos, resp, first, row, cfg):
-    """forward_logprobs with one pass over each distinct prompt instead of one per response.
-
-    In a group the G responses share their prompt, and under causal attention the prompt's keys
-    and values do not depend on what follows. So: run the u distinct prompts once (keeping their
-    KV cache and the last position's logits, which predict the first response token), copy each
-    prompt's cache to the rows of its responses, then run the responses against it. Autograd sums
-    each prompt's gradient over its responses, so the gradient is the plain pass's. With prompts
-    about as long as responses and G = 8, this removes about half of the forward and backward
-    work (bench/bench_trl.py); the same trick is known as shared-prefix or prefix-sharing training.
-
-    Args:
-        ids, attn, pos: (b, P+T) left-padded prompts + right-padded responses (pad_micro_batch).
-        resp: (b, T) long, T >= 2.
-        first: (u,) long, one row index per distinct prompt.
-        row: (b,) long, index into `first` of each row's prompt.
-
-    Returns:
-        logp, entropy: (b, T) float32 each, as forward_logprobs.
-
-    Raises:
-        RuntimeError: the model returned no KV cache (use --share_prompt_forward false).
-    """
-    T = resp.shape[1]
-    P = ids.shape[1] - T
-    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    head = model(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True,
-                 logits_to_keep=1)  # logits (u, 1, V)
-    cache = head.get(cache_kw)
-    if cache is None or not hasattr(cache, "reorder_cache"):
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True; the "
-                           "shared prompt pass needs one: pass --share_prompt_forward false")
-    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
-    # The last response token predicts nothing we train on: feed T-1 tokens.
-    tail = model(input_ids=resp[:, :-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
-                 **{cache_kw: cache}).logits  # (b, T-1, V)
-    lp0, ent0 = dapo.token_logprobs(head.logits[row], resp[:, :1], temperature=cfg.temperature,
-                                    chunk_size=cfg.logprob_chunk)  # (b, 1) each
-    lp1, ent1 = dapo.token_logprobs(tail, resp[:, 1:], temperature=cfg.temperature, chunk_size=cfg.logprob_chunk)
-    return torch.cat([lp0, lp1], 1), torch.cat([ent0, ent1], 1)
-
-
-def micro_batches(idx: list[int], batch, cfg) -> list[list[int]]:
-    """Split a mini-batch into micro-batches by count (cfg.micro_batch_size), or by a token
-    budget (cfg.micro_batch_tokens > 0, packed by length). Memory only: the math is unchanged."""
-    if cfg.micro_batch_tokens <= 0:
-        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
-    length = lambda i: len(batch.prompt_ids[i]) + len(batch.response_ids[i])  # noqa: E731
-    out, cur, cur_max = [], [], 0
-    for i in sorted(idx, key=length, reverse=True):
-        if cur and max(cur_max, length(i)) * (len(cur) + 1) > cfg.micro_batch_tokens:
-            out.append(cur)
-            cur, cur_max = [], 0
-        cur.append(i)
-        cur_max = max(cur_max, length(i))
-    return out + [cur] if cur else out
-
-
-def split_minibatches(batch, mini_batch_size: int, dist: Dist) -> list[list[int]]:
-    """This rank's response indices in each mini-batch of a rollout batch (train.Batch).
-
-    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks; its
-    groups are split contiguously across ranks (never a group across two ranks), so 1 process and
-    N processes take identical optimizer steps.
-    """
-    M, n = mini_batch_size, len(batch.response_ids)
-    out = []
-    for start in range(0, n, M):
-        groups = sorted({int(batch.group_index[i]) for i in range(start, min(start + M, n))})
-        per_rank = len(groups) // dist.world
-        mine = set(groups[dist.rank * per_rank : (dist.rank + 1) * per_rank])
-        out.append([i for i in range(start, min(start + M, n)) if int(batch.group_index[i]) in mine])
-    return out
-
-
-def micro_batches_all_ranks(mb: list[int], batch, cfg, dist: Dist) -> list[tuple[list[int], float]]:
-    """(micro-batch, weight) pairs of a mini-batch: every rank runs the same number of forward
-    passes (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds zero-weight
-    passes over its first micro-batch."""
-    micros = micro_batches(mb, batch, cfg)
-    n_passes = int(all_reduce_max(len(micros), dist))
-    return [(micros[j], 1.0) if j < len(micros) else (micros[0], 0.0) for j in range(n_passes)]
-
-
-def clip_and_step(model, optimizer, grad_clip: float, stats: dict) -> float:
-    """Clip the gradient norm and take the optimizer step; a non-finite gradient never reaches the
-    weights (counted in stats["policy/nonfinite_grad_steps"]). Returns the pre-clip norm."""
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-    if torch.isfinite(norm):
-        optimizer.step()
-    else:
-        stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
-    optimizer.zero_grad(set_to_none=True)
-    return float(norm)
-

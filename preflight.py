@@ -40,6 +40,7 @@ import torch
 import audit
 import dapo
 import cli
+import distributed
 import plumbing
 import rollout
 import train  # Config, its presets and defaults: the pre-flight checks the settings a run will use
@@ -261,7 +262,7 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
         FileNotFoundError / ValueError: as task.Task.read and plumbing.load_tokenizer (bad data, model),
             or a prompt longer than --max_prompt_len under --prompt_truncation error.
     """
-    plumbing.seed_everything(cfg.seed, cfg.threads)
+    distributed.seed_everything(cfg.seed, cfg.threads)
     task = Task()
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     rows, name, data_hash = task.read(cfg.data, cfg, held_out=False)
@@ -276,11 +277,11 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
             continue
         chosen.append(p)
         prompts.append(ids)
-    _, device = plumbing.init_distributed(cfg.device)
+    _, device = distributed.init_distributed(cfg.device)
     engine_name = rollout.resolve_engine(cfg.engine)
     model_dir = cfg.model or str(plumbing.DEFAULT_MODEL)
     model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code) if engine_name == "hf" else None
-    engine = rollout.make_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
+    engine = plumbing.build_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
                                  max_model_len=plumbing.engine_max_len(cfg.model, max(map(len, prompts)) + cfg.max_response_len),
                                  sampler_logprobs=False, max_batch=cfg.engine_max_batch)
     params = SamplingParams(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p,

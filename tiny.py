@@ -12,14 +12,14 @@ tokens per second on such a machine, so the default is a task and a model made f
     problem is never generated for training.
   * Tokenizer: one token per character plus a few special tokens, saved as an ordinary
     Hugging Face tokenizer with a chat template.
-  * Model: a Qwen2-architecture decoder (1.23M parameters) warmed up by a short supervised run
-    (`python tiny.py build`) until it follows the format but is often wrong. The result is shipped
+  * Model (tiny_base.py): a Qwen2-architecture decoder (1.23M parameters) warmed up by a short supervised run
+    (`python tiny_base.py`) until it follows the format but is often wrong. The result is shipped
     in assets/tiny-base/ so that every run starts from the same weights; rebuilding it is one
     command and takes about a minute.
   * Paraphrases: `paraphrases` rewords a problem five ways with the same answer (other phrasings,
     operands in words, an irrelevant sentence, the operands swapped), for `eval.py --paraphrases tiny`.
 
-The RL run then does the improving (README "Demo").
+The RL run then does the improving (README "Demo result").
 """
 
 from __future__ import annotations
@@ -27,13 +27,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import random
 import re
-import time
 from pathlib import Path
 
-import torch
 
 ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny-base"
 TASK_VERSION = "column-add-v1"  # bump whenever problem generation or the split changes
@@ -184,20 +181,6 @@ def build_tokenizer():
     return tok
 
 
-def build_model(vocab_size: int, seed: int = 0):
-    """Qwen2-architecture decoder, 1.23M parameters (3 layers, width 192, tied embeddings)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = Qwen2Config(
-        vocab_size=vocab_size, hidden_size=192, intermediate_size=512, num_hidden_layers=3,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-        tie_word_embeddings=True, pad_token_id=0, eos_token_id=1, bos_token_id=None,
-        torch_dtype="float32",
-    )
-    return Qwen2ForCausalLM(cfg)
-
-
 def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
     """Save a plain tokenizers-library tokenizer and mark its class as PreTrainedTokenizerFast.
 
@@ -210,92 +193,19 @@ def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
     tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
 
 
-# --- plumbing: supervised warm-up --------------------------------------------------------------------
-
-
-def build_base(out_dir: Path, *, steps: int = 275, seed: int = 0, batch_size: int = 64, lr: float = 3e-3) -> dict:
-    """Supervised warm-up of a fresh tiny model on training problems, then save it as HF format.
-
-    Stops by step count, not accuracy: held-out accuracy jumps sharply within a few steps during
-    this warm-up, so a fixed step count is the reproducible stopping rule. The defaults (275 steps,
-    lr 3e-3) are the ones the shipped assets/tiny-base was built with (its build.json). Returns a
-    summary dict written to out_dir/build.json; out_dir/dapo_run.json records the prompt, budget
-    and answer-rule settings evaluation must reuse (write_run_settings).
-    """
-    tok = build_tokenizer()
-    model = build_model(len(tok), seed)
-    rows = make_split(steps * batch_size, held_out=False, seed=seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    t0 = time.time()
-    model.train()
-    for step in range(steps):
-        batch = rows[step * batch_size : (step + 1) * batch_size]
-        ids, labels = [], []
-        for r in batch:
-            p = tok.apply_chat_template([{"role": "user", "content": r["problem"]}], add_generation_prompt=True, tokenize=False)
-            p_ids = tok(p, add_special_tokens=False)["input_ids"]
-            s_ids = tok(r["solution"], add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            ids.append(p_ids + s_ids)
-            labels.append([-100] * len(p_ids) + s_ids)
-        L = max(map(len, ids))
-        x = torch.tensor([i + [tok.pad_token_id] * (L - len(i)) for i in ids])  # (B, L) right-padded
-        y = torch.tensor([l + [-100] * (L - len(l)) for l in labels])  # (B, L)
-        lr_now = lr * min(1.0, (step + 1) / 20)
-        for g in opt.param_groups:
-            g["lr"] = lr_now
-        loss = model(input_ids=x, attention_mask=(x != tok.pad_token_id).long(), labels=y).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if step % 50 == 0 or step == steps - 1:
-            print(f"sft step {step:4d} loss {loss.item():.4f} ({time.time() - t0:.0f}s)", flush=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out_dir, safe_serialization=True)
-    save_plain_tokenizer(tok, out_dir)
-    summary = {"task_version": TASK_VERSION, "sft_steps": steps, "seed": seed, "batch_size": batch_size,
-               "lr": lr, "seconds": round(time.time() - t0, 1), "final_sft_loss": round(loss.item(), 4)}
-    (out_dir / "build.json").write_text(json.dumps(summary, indent=2) + "\n")
-    write_run_settings(out_dir)
-    return summary
-
-
-def write_run_settings(out_dir: Path) -> None:
-    """out_dir/dapo_run.json: the settings eval.py reads back from a checkpoint (the fields of
-    eval.ModelSettings), here train.Config's defaults, the settings `python train.py` starts with."""
-    import dataclasses
-
-    import eval as evaluation
-    import train
-
-    fields = [f.name for f in dataclasses.fields(evaluation.ModelSettings) if f.name not in ("model", "trust_remote_code")]
-    config = {k: getattr(train.Config(), k) for k in fields}
-    note = "the tiny base policy (tiny.py build); the prompt, budget and answer rule of train.Config's defaults"
-    (Path(out_dir) / "dapo_run.json").write_text(json.dumps({"note": note, "config": config}, indent=2) + "\n")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="supervised warm-up of the tiny base policy, saved in HF format")
-    b.add_argument("--out", type=Path, default=ASSET_DIR)
-    b.add_argument("--steps", type=int, default=275, help="supervised steps (batch 64); 275 gives a policy right ~40% of the time")
-    b.add_argument("--seed", type=int, default=0)
-    b.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (the shipped base: 3e-3)")
     d = sub.add_parser("data", help="write the train and held-out splits as JSONL (problem/answer)")
     d.add_argument("--out", type=Path, required=True)
     d.add_argument("--train", type=int, default=20000)
     d.add_argument("--test", type=int, default=500)
     args = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    if args.cmd == "build":
-        print(json.dumps(build_base(args.out, steps=args.steps, seed=args.seed, lr=args.lr), indent=2))
-    else:
-        args.out.mkdir(parents=True, exist_ok=True)
-        for name, n, held in (("train", args.train, False), ("test", args.test, True)):
-            with open(args.out / f"{name}.jsonl", "w") as f:
-                for r in make_split(n, held_out=held, seed=0):
-                    f.write(json.dumps(r) + "\n")
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name, n, held in (("train", args.train, False), ("test", args.test, True)):
+        with open(args.out / f"{name}.jsonl", "w") as f:
+            for r in make_split(n, held_out=held, seed=0):
+                f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":

@@ -37,14 +37,16 @@ import numpy as np
 import torch
 
 import dapo
+import forward
 import generator
 import cli
+import distributed
 import plumbing
 import rollout
 import runlog
 import verifier
 from cli import F
-from plumbing import Dist, all_reduce_max, all_reduce_sum
+from distributed import Dist, all_reduce_max, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task
 
@@ -138,10 +140,13 @@ class Config:
     grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
     mini_batch_size: int = F(64, "responses per optimizer step (paper 512 = 16 optimizer steps per rollout step)")
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
-    micro_batch_tokens: int = F(0, "if > 0, form micro-batches by a token budget instead of a count")
-    logprob_chunk: int = F(1024, "positions per chunk in the log-prob/entropy routine")
-    share_prompt_forward: bool = F(True, "run each group's prompt once per forward pass and reuse its KV cache for "
-                                   "the G responses (same math, about half the trainer's work on short answers)")
+    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count: real tokens (prompt + "
+                                "response) packed, (longest prompt + longest response) x responses padded")
+    logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine (memory: chunk x vocabulary x 4 B)")
+    pack_micro_batches: bool = F(False, "one row of unpadded sequences per micro-batch instead of padded rows (no shared prompt "
+                                 "pass); slower on CPU, where sdpa scores the whole row (bench/bench_packing.py): for flash-attn")
+    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse its KV "
+                                   "cache for the G responses (same math, about half the trainer's work on short answers)")
     engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
                     "weights synced after every step), auto (vllm if importable, else hf)")
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
@@ -319,7 +324,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     (seed, step, round, c) by engine group c % groups (a group: one rank, or the `engine.tp` ranks
     of one tensor-parallel vLLM engine, which all submit it), so the same run on 1 or N processes
     draws the same rollouts (for equal gen_shards). Every rank receives every group, each once
-    (plumbing.gather_engine_shards), so all ranks make the same keep/stop decision and no
+    (distributed.gather_engine_shards), so all ranks make the same keep/stop decision and no
     collective can hang (docs/PITFALLS.md, failures 3 and 13).
 
     Bounded staleness: the official code throws away kept groups beyond the batch. With
@@ -333,7 +338,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
 
     Raises:
         cli.RunStopped: the round budget ran out under --on_exhausted error.
-        plumbing.GroupMismatchError: the ranks of one engine group drew different tokens.
+        distributed.GroupMismatchError: the ranks of one engine group drew different tokens.
     """
     fresh = [g for g in buffer if step - g.policy_version <= cfg.max_rollout_age]
     expired = [g for g in buffer if step - g.policy_version > cfg.max_rollout_age]
@@ -359,7 +364,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
             samples, wall = rollout.timed_generate(engine, [data.prompt_ids[i] for i in shard], SamplingParams(seed=seed, **params))
             local.append((c, seed, wall, shard, samples))
         t0 = time.perf_counter()
-        shards = plumbing.gather_engine_shards(local, dist, engine.tp)  # one copy of each, ranks of a group checked
+        shards = distributed.gather_engine_shards(local, dist, engine.tp)  # one copy of each, ranks of a group checked
         round_groups = []
         for c, seed, wall, shard, samples in shards:
             for i, s in zip(shard, samples):
@@ -460,7 +465,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     """
     if batch is None:  # nothing kept this step: nothing to train on
         return {"policy/optimizer_steps": 0, "policy/skipped_minibatches": 0}
-    minibatches = plumbing.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
+    minibatches = forward.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
     den = [step_denominators(batch, mb, dist) for mb in minibatches]  # ({counts over all ranks}, {per-row counts})
     trained = [m for m, (counts, _) in enumerate(den) if counts["num_tokens"] > 0]  # the same list on every rank
     stats, old = {}, OldLogprobs(batch)
@@ -469,7 +474,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     # are those weights: its old log-probs are its own forward pass's (ratio exactly 1). Only the
     # later mini-batches need this separate pass.
     t0 = time.perf_counter()
-    old.compute(model, [i for m in trained[1:] for i in minibatches[m]], cfg, device, pad_id)
+    old.compute(model, [i for m in trained[1:] for i in minibatches[m]], cfg, dist, device, pad_id)
     stats["time/old_logprobs"] = time.perf_counter() - t0
 
     # 6. One optimizer step per mini-batch.
@@ -484,11 +489,12 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     for m in trained:
         mb, (counts, per_row) = minibatches[m], den[m]
         row_of = {i: r for r, i in enumerate(mb)}
-        for micro, weight in plumbing.micro_batches_all_ranks(mb, batch, cfg, dist):
-            ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, micro, pad_id, device)
-            logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
+        for micro, weight in forward.micro_batches_all_ranks(mb, batch, cfg, dist):
+            inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
+            logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
+            mask = inputs.mask  # (b, T) loss mask
             first = m == trained[0] and weight  # no optimizer step yet: old = this pass, detached
-            old_logp = old.first_pass(micro, logp, ent, attn) if first else old.rows(micro, logp)  # (b, T)
+            old_logp = old.first_pass(micro, logp, ent, inputs.real) if first else old.rows(micro, logp)  # (b, T)
             adv = batch.advantages[micro].to(device)  # (b,)
             behav = old.sampler_rows(micro, old_logp) if cfg.offpolicy_objective != "naive" else None  # (b, T) mu
             loss_tok, st = dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective,
@@ -503,7 +509,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             sums["loss"] += weight * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
                 sums[k] += st[k] * (weight * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
-        norms.append(plumbing.clip_and_step(model, optimizer, cfg.grad_clip, stats))
+        norms.append(forward.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
     if trained:
         stats |= {f"policy/{k}": v / len(trained) for k, v in sums.items()} | {"policy/grad_norm": float(np.mean(norms))}
@@ -529,19 +535,20 @@ class OldLogprobs:
         self.entropy = [0.0, 0.0]  # sum over response tokens, tokens
         self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
 
-    def compute(self, model, rows: list[int], cfg: Config, device, pad_id: int) -> None:
-        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode."""
+    def compute(self, model, rows: list[int], cfg: Config, dist: Dist, device, pad_id: int) -> None:
+        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode; a collective under FSDP."""
         model.eval()
         with torch.no_grad():
-            for micro in plumbing.micro_batches(rows, self.batch, cfg):
-                ids, attn, pos, resp, _ = plumbing.pad_micro_batch(self.batch, micro, pad_id, device)
-                lp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T), (b, T)
-                self._record(micro, lp, ent, attn)
+            for micro, weight in forward.micro_batches_all_ranks(rows, self.batch, cfg, dist):
+                inputs = forward.micro_batch(self.batch, micro, pad_id, device, cfg)
+                lp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
+                if weight:  # a zero-weight pass only keeps the ranks in step
+                    self._record(micro, lp, ent, inputs.real)
         model.train()
 
-    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
-        self._record(micro, logp, ent, attn)
+        self._record(micro, logp, ent, real)
         return logp.detach()
 
     def rows(self, micro: list[int], like: torch.Tensor) -> torch.Tensor:
@@ -569,8 +576,7 @@ class OldLogprobs:
         w["n"], w["sum"], w["over"] = w["n"] + n, w["sum"] + w_sum, w["over"] + (st["capped_frac"] + st["masked_frac"]) * n
         w["min"], w["max"], w["kl"] = min(w["min"], st["weight_min"]), max(w["max"], st["weight_max"]), w["kl"] + st["behav_kl"] * n
 
-    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, attn: torch.Tensor) -> None:
-        real = attn[:, attn.shape[1] - lp.shape[1]:].float()  # (b, T) response tokens
+    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
         self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
         for r, i in enumerate(micro):
             self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
@@ -601,12 +607,12 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     """Run DAPO end to end; returns the summary (also written to RUN_DIR/summary.json)."""
     task = task or Task()
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
-    dist, device = plumbing.init_distributed(cfg.device)
-    plumbing.seed_everything(cfg.seed, cfg.threads)
+    dist, device = distributed.init_distributed(cfg.device)
+    distributed.seed_everything(cfg.seed, cfg.threads)
     tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
-    model = plumbing.wrap_fsdp(model, cfg, device, dist)
+    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
+    forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention
     optimizer, scheduler = plumbing.make_optimizer(model, cfg)
     engine = plumbing.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (
         held_out.prompt_ids if held_out else []))), announce=dist.main,

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 import cli
-import dapo
+import forward
 
 HEARTBEAT_S = 0.5  # a worker's heartbeat period (seconds); the learner's tolerance is --generator_timeout_s
 POLL_S = 0.005  # how often a waiting side looks again at a shared entry (seconds)
@@ -150,13 +150,10 @@ def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
-            ids = torch.tensor([probe_ids], device=next(model.parameters()).device)  # (1, L)
-            logits = model(input_ids=ids).logits[:, -probe_len - 1 : -1]  # (1, probe_len, V)
-            lp, _ = dapo.token_logprobs(logits, ids[:, -probe_len:], temperature=1.0)  # (1, probe_len)
+        lp = forward.sequence_logprobs(model, probe_ids[:-probe_len], probe_ids[-probe_len:])  # (probe_len,)
     finally:
         model.train(was_training)
-    return lp[0].double().cpu()
+    return lp.double().cpu()
 
 
 def drain(items: Iterable) -> None:

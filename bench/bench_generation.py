@@ -35,7 +35,6 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
     import torch
 
     import plumbing
-    import rollout
     import train
     from rollout import SamplingParams
     from task import Task
@@ -44,7 +43,7 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
     cfg = train.Config(seed=seed)
     t0 = time.perf_counter()
     model, tok = plumbing.load_policy("", torch.device("cpu"))
-    engine = rollout.make_engine(engine_name, model=model, tokenizer=tok, model_dir=plumbing.DEFAULT_MODEL, device="cpu",
+    engine = plumbing.build_engine(engine_name, model=model, tokenizer=tok, model_dir=plumbing.DEFAULT_MODEL, device="cpu",
                                  seed=seed, max_model_len=512)  # the factory train.py and eval.py use
     startup = time.perf_counter() - t0
     task = Task()

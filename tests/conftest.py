@@ -92,6 +92,34 @@ def _check_smollm2(path: Path) -> None:
 
 
 @pytest.fixture(scope="session")
+def one_and_two_ranks():
+    """run(script, tmp_path) -> {"one": stdout, "two": stdout}: the python source `script` run as 1
+    process and as 2 torchrun ranks (gloo, OMP_NUM_THREADS=1), each with argv [repository, output
+    folder tmp_path/one or tmp_path/two]; fails the test on a non-zero exit."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+
+    def run(script: str, tmp_path: Path) -> dict[str, str]:
+        path = tmp_path / "ranks.py"
+        path.write_text(script)
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        runs = {"one": [sys.executable, str(path)],
+                "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(path)]}
+        out = {}
+        for name, cmd in runs.items():
+            (tmp_path / name).mkdir(exist_ok=True)
+            done = subprocess.run([*cmd, str(repo), str(tmp_path / name)], cwd=repo, env=env, capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0, done.stderr[-3000:]
+            out[name] = done.stdout
+        return out
+
+    return run
+
+
+@pytest.fixture(scope="session")
 def smollm2_dir() -> Path:
     """SmolLM2-135M-Instruct as an HF directory (see convert_smollm2); skips when it cannot be made."""
     return convert_smollm2()

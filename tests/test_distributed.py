@@ -15,6 +15,7 @@ tests/test_async.py (two learner ranks and a generator) and tests/test_faults.py
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -41,10 +42,13 @@ def _run(cmd, tmp_path):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun test runs on Linux")
 def test_two_ranks_equal_one_rank(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
+    """Also: the 2-rank run's checkpoint after step 1 resumed by one process ends like both runs."""
+    one, two, resumed = tmp_path / "one", tmp_path / "two", tmp_path / "resumed"
     _run([sys.executable, "train.py", "--run_dir", str(one), *ARGS], tmp_path)
     _run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py",
-          "--run_dir", str(two), *ARGS], tmp_path)
+          "--run_dir", str(two), "--save_every", "1", *ARGS], tmp_path)
+    _run([sys.executable, "train.py", "--run_dir", str(resumed), "--resume", str(two / "checkpoints" / "step_000001"),
+          *ARGS], tmp_path)
     m1 = [json.loads(l) for l in (one / "metrics.jsonl").read_text().splitlines()]
     m2 = [json.loads(l) for l in (two / "metrics.jsonl").read_text().splitlines()]
     assert len(m1) == len(m2) == 2
@@ -62,6 +66,21 @@ def test_two_ranks_equal_one_rank(tmp_path):
     assert "model.embed_tokens.weight" in shared
     assert max((w1[k] - base[k]).abs().max().item() for k in shared) > 1e-5  # the steps moved the weights
     assert max((w1[k] - w2[k]).abs().max().item() for k in shared) <= 1e-5
+    w3 = load_file(resumed / "final/model.safetensors")  # FSDP2 shards of 2 ranks resharded to one process
+    assert set(w3) == set(w1) and max((w3[k] - w1[k]).abs().max().item() for k in w1) <= 1e-5
+    m3 = [json.loads(l) for l in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in m3] == [1] and m3[0]["train/reward_mean"] == m2[1]["train/reward_mean"]
+
+
+def test_resume_on_other_shards_is_refused(tmp_path):
+    """A checkpoint of 2 processes with --gen_shards 0 (one shard each) resumed by one process would draw other rollouts."""
+    import runlog
+    import train
+
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"config": {"gen_shards": 0, "vllm_tp": 1}, "world_size": 2}))
+    cfg = {**dataclasses.asdict(train.Config()), "gen_shards": 0}
+    with pytest.raises(ValueError, match=r"written by 2 processes .* 2 prompt shards; this run \(1 processes\) would cut 1.* --gen_shards 2"):
+        runlog.load_checkpoint(tmp_path, None, None, None, cfg, dataclasses.asdict(train.Config()), set(), False, world=1)
 
 
 # --- tensor-parallel engine groups: the request check, without vLLM ------------------------------------
@@ -69,13 +88,14 @@ def test_two_ranks_equal_one_rank(tmp_path):
 GROUP_CHECK = r'''
 import json, os, sys, types
 import torch.distributed as dist
+import distributed
 import plumbing
 from rollout import SamplingParams
 from vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-engine = types.SimpleNamespace(group=plumbing.new_engine_group(2))  # the check reads only the engine's group
+engine = types.SimpleNamespace(group=distributed.new_engine_group(2))  # the check reads only the engine's group
 out = {"ranks": dist.get_process_group_ranks(engine.group)}
 cases = {  # (prompts, seed) per rank; only group [0, 1] is given different requests
     "same": ([[5, 6, 7], [8]], 11),
@@ -86,7 +106,7 @@ for name, (prompts, seed) in cases.items():
     try:
         VLLMEngine._same_request_in_group(engine, "generate", prompts, SamplingParams(n=2, max_new_tokens=4, seed=seed))
         out[name] = "accepted"
-    except plumbing.GroupMismatchError as e:
+    except distributed.GroupMismatchError as e:
         out[name] = str(e)
 with open(os.path.join(sys.argv[1], f"rank{rank}.json"), "w") as f:
     json.dump(out, f)

@@ -9,7 +9,7 @@ Three kinds:
     AIME 2024 parquet and on the tiny task, plus `eval.py compare` on their reports.
 
 The end-to-end tests use the shipped model (assets/tiny-base). EVAL_TEST_MODEL=DIR points them at
-another HF directory (for example one built with `python tiny.py build --steps 20 --out DIR`).
+another HF directory (for example one built with `python tiny_base.py --steps 20 --out DIR`).
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_eval.py
 """
@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import cli
+import distributed
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
@@ -192,11 +193,11 @@ def test_paired_bootstrap_needs_a_real_difference():
 @FEW
 @given(st.integers(1, 40), st.integers(1, 9))
 def test_shard_then_unshard_is_identity_with_equal_work(n, world):
-    shards = [plumbing.shard(n, r, world) for r in range(world)]
+    shards = [distributed.shard(n, r, world) for r in range(world)]
     assert len({len(idx) for idx, _ in shards}) == 1  # every rank makes the same generate calls
     parts = [[i for i in idx[:real]] for idx, real in shards]
     assert sorted(i for p in parts for i in p) == list(range(n))  # each problem exactly once
-    assert plumbing.unshard(parts, world) == list(range(n))
+    assert distributed.unshard(parts, world) == list(range(n))
 
 
 # --- evaluate() with a scripted engine --------------------------------------------------------------------
@@ -293,14 +294,14 @@ def test_ranks_split_and_gather_like_one_process(world, tp, monkeypatch):
         barrier.wait()
         return out
 
-    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
+    monkeypatch.setattr(distributed, "all_gather_objects", fake_all_gather)
     engines, results = [ScriptedEngine(SCRIPT) for _ in range(world)], [None] * world
     for e in engines:
         e.tp = tp
 
     def run(r):
         results[r] = ev.evaluate(engines[r], FakeTokenizer(), DATA, PARAMS, CFG, Task(), greedy=True,
-                                 dist=plumbing.Dist(r, world))
+                                 dist=distributed.Dist(r, world))
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
     for t in threads:
@@ -450,7 +451,7 @@ def test_paper_deviations_lists_each_difference():
 def _model_args() -> list[str]:
     path = Path(TEST_MODEL) if TEST_MODEL else ev.DEFAULT_MODEL
     if not (path / "config.json").exists():
-        pytest.fail(f"no model at {path}: build it with `python tiny.py build` (or set EVAL_TEST_MODEL=DIR)")
+        pytest.fail(f"no model at {path}: build it with `python tiny_base.py` (or set EVAL_TEST_MODEL=DIR)")
     # An explicit budget works for any model directory (one without dapo_run.json needs it).
     # The transformers engine explicitly: these tests check eval's logic and the HF path; with vLLM
     # installed "auto" would pick it (tests/test_vllm.py covers that engine).

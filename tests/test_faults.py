@@ -31,10 +31,13 @@ import pytest
 import torch
 
 import dapo
+import forward
+import distributed
 import plumbing
 import rollout
 import vllm_engine
 import tiny
+import tiny_base
 import train
 from task import Task
 from rollout import Engine, Sample, SamplingParams
@@ -95,7 +98,7 @@ def _tiny_dir(tmp: Path) -> Path:
     if (tiny.ASSET_DIR / "config.json").exists():
         shutil.copytree(tiny.ASSET_DIR, out)
     else:
-        tiny.build_base(out, steps=20, seed=0)
+        tiny_base.build_base(out, steps=20, seed=0)
     return out
 
 
@@ -139,13 +142,14 @@ def _record(model) -> dict:
 
 
 def _trainer_logprobs(model, prompt_ids, samples, temperature: float, pad_id: int) -> list[torch.Tensor]:
-    """plumbing.forward_logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
+    """forward.logprobs of each sample's tokens (the trainer's side): one (len,) tensor each."""
     flat = [(p, s) for p, group in zip(prompt_ids, samples) for s in group]
     batch = train.Batch([p for p, _ in flat], [s.token_ids for _, s in flat], torch.zeros(len(flat)), torch.ones(len(flat)),
                         torch.zeros(len(flat), dtype=torch.long), [s.logprobs for _, s in flat])
-    ids, attn, pos, resp, _ = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id, CPU)
+    cfg = train.Config(temperature=temperature)
+    inputs = forward.micro_batch(batch, list(range(len(flat))), pad_id, CPU, cfg)
     with torch.no_grad():
-        lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(temperature=temperature))
+        lp, _ = forward.logprobs(model, inputs, cfg)
     return [lp[i, : len(s.token_ids)] for i, (_, s) in enumerate(flat)]
 
 
@@ -206,18 +210,18 @@ def test_hf_engine_with_qwen_instruct_defaults_samples_the_plain_softmax(tmp_pat
     assert _max_gap(model, prompts, samples, T, tok.pad_token_id) < 1e-4
 
 
-def test_ignored_fields_are_named_once_by_make_engine_and_eval(tmp_path, base_dir, capsys):
+def test_ignored_fields_are_named_once_by_build_engine_and_eval(tmp_path, base_dir, capsys):
     import eval as evaluation
 
     model_dir = _with_generation_fields(base_dir, tmp_path / "r", {"repetition_penalty": 1.1, "top_k": 20})
     model, tok = plumbing.load_policy(str(model_dir), CPU)
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device=CPU, seed=0, max_model_len=128)
-    engine = rollout.make_engine("hf", **kw)  # the factory train.py and eval.py use
+    engine = plumbing.build_engine("hf", **kw)  # the factory train.py and eval.py use
     assert isinstance(engine, rollout.HFEngine)
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if l.startswith("[engine]")]
     assert len(lines) == 1 and "repetition_penalty=1.1" in lines[0] and "top_k=20" in lines[0] and "ignored" in lines[0]
-    rollout.make_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
+    plumbing.build_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
     assert "[engine]" not in capsys.readouterr().err
 
     engine, _ = evaluation.make_engine("hf", model_dir, evaluation.ModelSettings(model=str(model_dir)), evaluation.EvalConfig(),
@@ -309,7 +313,7 @@ def _sub(batch: train.Batch, idx: list[int], G: int) -> train.Batch:
 def _update(model0, batch, cfg, pad_id):
     model = copy.deepcopy(model0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1, betas=(0.9, 0.999))
-    stats = train.update_policy(model, opt, batch, cfg, plumbing.Dist(), CPU, pad_id)
+    stats = train.update_policy(model, opt, batch, cfg, distributed.Dist(), CPU, pad_id)
     return model, opt, stats
 
 
@@ -354,7 +358,7 @@ def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
     model0, tok = policy
     model = copy.deepcopy(model0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
-    stats = train.update_policy(model, opt, _batch(tok, 2, 4, seed=1, filtered={0, 1}), CFG3, plumbing.Dist(), CPU,
+    stats = train.update_policy(model, opt, _batch(tok, 2, 4, seed=1, filtered={0, 1}), CFG3, distributed.Dist(), CPU,
                                 tok.pad_token_id)
     assert _bit_equal([p.detach() for p in model.parameters()], [p.detach() for p in model0.parameters()])
     assert not opt.state  # AdamW never stepped: no exp_avg, exp_avg_sq or step
@@ -368,12 +372,11 @@ def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
 _RANKS_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-import dapo, plumbing, train
+import dapo, distributed, plumbing, train
 torch.set_num_threads(1)
 cfg = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=4, micro_batch_size=2, lr=1e-2, weight_decay=0.1)
-dist, device = plumbing.init_distributed(cfg.device)
-model, tok = plumbing.load_policy("", device)
-model = plumbing.wrap_fsdp(model, cfg, device, dist)
+dist, device = distributed.init_distributed(cfg.device)
+model, tok = plumbing.load_policy("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards when distributed
 opt = torch.optim.SGD(model.parameters(), lr=1e-2)  # linear in the gradient: 1 and 2 ranks agree to rounding
 g = torch.Generator().manual_seed(0)
 prompts = [[5 + i] * 6 for i in range(4) for _ in range(2)]
@@ -385,33 +388,20 @@ stats = train.update_policy(model, opt, batch, cfg, dist, device, tok.pad_token_
 plumbing.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]), dist, {})
 if dist.main:
     print("STATS " + json.dumps({k: stats[k] for k in ("policy/optimizer_steps", "policy/skipped_minibatches")}))
-plumbing.close_distributed(dist)  # a barrier first: a rank that tears down gloo while its peer still writes
+distributed.close_distributed(dist)  # a barrier first: a rank that tears down gloo while its peer still writes
 # can abort with "terminate called without an active exception" (seen once on 2 cores)
 """
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="torchrun with gloo needs a POSIX system")
-def test_skip_decision_is_global_across_ranks(tmp_path):
+def test_skip_decision_is_global_across_ranks(tmp_path, one_and_two_ranks):
     """Under torchrun (2 ranks, FSDP2): rank 1 has no loss token in mini-batch 0 but rank 0 has, so
     it is trained on both; mini-batch 1 has none anywhere and is skipped on both, without a hang;
     the weights equal the 1-process run's."""
-    import os
-    import subprocess
-    import sys
-
     from safetensors.torch import load_file
 
-    repo = Path(__file__).resolve().parents[1]
-    script = tmp_path / "ranks.py"
-    script.write_text(_RANKS_SCRIPT)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    runs = {"one": [sys.executable, str(script)],
-            "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(script)]}
-    for name, cmd in runs.items():
-        out = subprocess.run([*cmd, str(repo), str(tmp_path / name)], cwd=repo, env=env, capture_output=True, text=True,
-                             timeout=300)
-        assert out.returncode == 0, out.stderr[-3000:]
-        line = [l for l in out.stdout.splitlines() if l.startswith("STATS ")]
+    for stdout in one_and_two_ranks(_RANKS_SCRIPT, tmp_path).values():
+        line = [l for l in stdout.splitlines() if l.startswith("STATS ")]
         assert json.loads(line[0][6:]) == {"policy/optimizer_steps": 1, "policy/skipped_minibatches": 1}
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
     base, _ = plumbing.load_policy("", CPU)

@@ -19,6 +19,7 @@ import random
 import torch
 
 import dapo
+import distributed
 import plumbing
 import train
 import verifier
@@ -101,12 +102,12 @@ def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     for mode in ("token-mean", "token-sum"):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, loss_agg=mode), plumbing.Dist(), "cpu",
+        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, loss_agg=mode), distributed.Dist(), "cpu",
                                     tok.pad_token_id)
         assert stats["policy/optimizer_steps"] == 1
         moves[mode] = torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), model0.parameters())])
     n_tokens = sum(len(r) for r in responses)
     assert moves["token-mean"].abs().max() > 0
     expected = moves["token-mean"] * n_tokens
-    # float64 weights; dapo.token_logprobs rounds to fp32, so elements that nearly cancel carry ~1e-7 of the scale
+    # float64 weights and log-probs; elements that nearly cancel carry rounding of the scale
     assert (moves["token-sum"] - expected).abs().max() <= 1e-5 * expected.abs().max()

@@ -1,7 +1,8 @@
 """The loop: end-to-end runs of train.py on the tiny default, and loop-level invariants.
 
 Kinds: an end-to-end run of the real entry point; slow-reference versus fast
-equivalence (one micro-batch against many, count against token-budget micro-batching); the
+equivalence (one micro-batch against many, count against token-budget micro-batching, padded
+against packed); the
 dynamic-sampling round budget with an engine that never yields contrast.
 """
 
@@ -15,6 +16,7 @@ import math
 import pytest
 import torch
 
+import distributed
 import plumbing
 import train
 import verifier
@@ -89,18 +91,21 @@ def _random_batch(tok, n_groups: int, G: int, seed: int) -> train.Batch:
 
 @pytest.mark.parametrize("loss_agg", ["token-mean", "group-token-mean", "seq-mean-token-mean"])
 def test_update_is_invariant_to_micro_batching(tiny, loss_agg):
-    """One optimizer step with 1 micro-batch, with 5-response micro-batches and with a token budget
-    gives the same weights: the denominators are those of the whole mini-batch. In float64 (a
-    mathematical equality): the bound is far below what a per-micro-batch denominator moves."""
+    """One optimizer step with 1 micro-batch, with 5-response micro-batches and with a token budget,
+    padded with and without the shared prompt pass or packed, gives the same weights: the
+    denominators are those of the whole mini-batch. In float64 (a mathematical equality): the bound
+    is far below what a per-micro-batch denominator moves."""
     model0, tok = tiny
     model0 = copy.deepcopy(model0).double()
     batch = _random_batch(tok, n_groups=4, G=4, seed=0)
     base = train.Config(group_size=4, prompts_per_step=4, mini_batch_size=16, loss_agg=loss_agg, lr=1e-2)
     results = []
-    for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60)):
+    for over in (dict(micro_batch_size=16), dict(micro_batch_size=5), dict(micro_batch_tokens=60),
+                 dict(micro_batch_size=5, share_prompt_forward=False), dict(pack_micro_batches=True),
+                 dict(micro_batch_size=5, pack_micro_batches=True), dict(micro_batch_tokens=60, pack_micro_batches=True)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(), torch.device("cpu"),
+        train.update_policy(model, opt, batch, dataclasses.replace(base, **over), distributed.Dist(), torch.device("cpu"),
                             tok.pad_token_id)
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     start = torch.cat([p.detach().flatten() for p in model0.parameters()])
@@ -123,7 +128,7 @@ def test_update_with_each_surrogate_is_invariant_to_micro_batching(tiny, surroga
     for over in (dict(micro_batch_size=8), dict(micro_batch_size=3), dict(micro_batch_tokens=40)):
         model = copy.deepcopy(model0)
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-        stats.append(train.update_policy(model, opt, batch, dataclasses.replace(base, **over), plumbing.Dist(),
+        stats.append(train.update_policy(model, opt, batch, dataclasses.replace(base, **over), distributed.Dist(),
                                          torch.device("cpu"), tok.pad_token_id))
         results.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
     assert stats[0]["policy/optimizer_steps"] == 2 and stats[0]["policy/approx_kl"] > 0  # mini-batch 2 is off-policy
@@ -157,9 +162,9 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
     stream = train.PromptStream(len(data), 0)
     if policy == "error":
         with pytest.raises(RuntimeError, match="dynamic sampling kept 0/2 groups after 3 rounds"):
-            train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
+            train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, distributed.Dist(), tok, Task(), [])
         return
-    out = train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, plumbing.Dist(), tok, Task(), [])
+    out = train.collect_groups(0, _AllWrongEngine(), stream, data, cfg, distributed.Dist(), tok, Task(), [])
     assert out.kept == [] and out.stats["groups/gen_rounds"] == 3 and out.stats["groups/exhausted"] == 1.0
     assert len(out.generated) == 9 and stream.position == 9
 
@@ -179,7 +184,7 @@ def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
     old = train.score_group(data.problems[0], data.prompt_ids[0], [Sample([5, 1], "stop")] * 4, cfg, Task(), tok)
     old.policy_version, old.kept = 0, True
     buffer = [old]
-    out = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(), tok,
+    out = train.collect_groups(1, _AllWrongEngine(), train.PromptStream(len(data), 0), data, cfg, distributed.Dist(), tok,
                                Task(), buffer)
     assert out.kept == [] and out.stats["groups/exhausted"] == 1.0
     assert buffer == [old] and old.kept and out.stats["groups/buffered"] == 1
@@ -222,14 +227,14 @@ def _collect_on_ranks(world, engines, data, cfg, tok, monkeypatch):
         barrier.wait()
         return out
 
-    monkeypatch.setattr(plumbing, "all_gather_objects", fake_all_gather)
+    monkeypatch.setattr(distributed, "all_gather_objects", fake_all_gather)
     results = [None] * world
 
     def run(r):
         try:
             results[r] = train.collect_groups(0, engines[r], train.PromptStream(len(data), 0), data, cfg,
-                                              plumbing.Dist(r, world), tok, Task(), [])
-        except plumbing.GroupMismatchError as e:
+                                              distributed.Dist(r, world), tok, Task(), [])
+        except distributed.GroupMismatchError as e:
             results[r] = e
 
     threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
@@ -250,7 +255,7 @@ def test_engine_groups_share_requests_and_equal_one_process(tiny, monkeypatch):
                        gen_shards=2)
     data = _tiny_data(tok, cfg, 40)
     answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
-    one = train.collect_groups(0, _SeededEngine(tok, answers), train.PromptStream(len(data), 0), data, cfg, plumbing.Dist(),
+    one = train.collect_groups(0, _SeededEngine(tok, answers), train.PromptStream(len(data), 0), data, cfg, distributed.Dist(),
                                tok, Task(), [])
     engines = [_SeededEngine(tok, answers, tp=2) for _ in range(4)]
     ranks = _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch)
@@ -272,7 +277,7 @@ def test_engine_group_whose_ranks_drew_different_tokens_stops(tiny, monkeypatch)
     answers = {tuple(p): pr.answer for p, pr in zip(data.prompt_ids, data.problems)}
     engines = [_SeededEngine(tok, answers, tp=2, diverge=(r == 3)) for r in range(4)]
     for err in _collect_on_ranks(4, engines, data, cfg, tok, monkeypatch):  # every rank stops, none hangs
-        assert isinstance(err, plumbing.GroupMismatchError)
+        assert isinstance(err, distributed.GroupMismatchError)
         assert "ranks [2, 3] (engine group 1) drew different tokens for shard 1" in str(err)
 
 
@@ -323,51 +328,6 @@ def test_help_documents_every_flag(capsys):
     out = capsys.readouterr().out
     for f in dataclasses.fields(train.Config):
         assert f"--{f.name}" in out
-
-
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_shared_prompt_forward_equals_plain_forward(tiny, temperature):
-    """One pass per distinct prompt (--share_prompt_forward) gives the plain pass's log-probs,
-    entropies and parameter gradient, with uneven prompt/response lengths, a group split across
-    the micro-batch boundary and a prompt seen by one row only.
-
-    A mathematical equality, so the model runs in float64: the two passes then differ by ~1e-15 in
-    the logits, and what remains is dapo.token_logprobs' fp32 rounding of the same values (the
-    bounds below). In float32 the two float orders differ by up to ~2e-5, more on some CPUs than
-    on others."""
-    model, tok = tiny
-    model = copy.deepcopy(model).double()
-    batch = _random_batch(tok, n_groups=4, G=4, seed=3)
-    idx = list(range(2, 16)) + [0]  # group 0 is split: rows 2, 3 and 0; rows 4..15 are whole groups
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, idx, tok.pad_token_id, torch.device("cpu"))
-    out = {}
-    for share in (False, True):
-        cfg = train.Config(temperature=temperature, share_prompt_forward=share)
-        model.zero_grad()
-        logp, ent = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (b, T) each
-        (logp * mask).sum().backward()
-        grad = torch.cat([p.grad.flatten() for p in model.parameters()])
-        out[share] = (logp.detach() * mask, ent * mask, grad)
-    model.zero_grad()
-    (lp0, e0, g0), (lp1, e1, g1) = out[False], out[True]
-    assert lp0.abs().max() > 0.1 and g0.abs().max() > 0.1  # something was computed
-    assert (lp0 - lp1).abs().max() < 1e-6, (lp0 - lp1).abs().max()
-    assert (e0 - e1).abs().max() < 1e-6, (e0 - e1).abs().max()
-    assert ((g0 - g1).abs().max() / g0.abs().max()) < 1e-6, (g0 - g1).abs().max()
-
-
-def test_shared_prompt_forward_skipped_under_activation_checkpointing(tiny):
-    """Gradient checkpointing turns the KV cache off in training mode: the plain pass is used."""
-    model0, tok = tiny
-    model = copy.deepcopy(model0)
-    plumbing.set_activation_checkpointing(model, True)
-    model.train()
-    batch = _random_batch(tok, n_groups=2, G=4, seed=4)
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
-    lp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-    plumbing.set_activation_checkpointing(model, False)
-    ref, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
-    assert ((lp - ref).abs() * mask).max() < 1e-5
 
 
 def test_load_policy_turns_dropout_off(tmp_path):
@@ -458,22 +418,3 @@ def test_tensorboard_event_file_holds_the_metrics(tmp_path):
     assert [s for s, _ in got] == [0, 1]
     for (step, value), m in zip(got, metrics):
         assert math.isclose(value, m["train/reward_mean"], rel_tol=1e-6, abs_tol=1e-7)
-
-
-def test_sliding_window_models_take_the_plain_pass(tiny):
-    """A sliding-window cache may drop prompt keys, so such models never share the prompt pass:
-    the log-probs equal the plain pass's exactly."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    model0, tok = tiny
-    conf = Qwen2Config(**{**model0.config.to_dict(), "use_sliding_window": True, "sliding_window": 4,
-                          "max_window_layers": 0, "layer_types": ["sliding_attention"] * 3})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(conf).eval()
-    assert not plumbing.full_attention_only(model) and plumbing.full_attention_only(model0)
-    batch = _random_batch(tok, n_groups=2, G=4, seed=5)
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(8)), tok.pad_token_id, torch.device("cpu"))
-    with torch.no_grad():
-        a, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=True))
-        b, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, train.Config(share_prompt_forward=False))
-    assert torch.equal(a * mask, b * mask)

@@ -2,8 +2,8 @@
 
 Skipped as a whole when `import vllm` fails (the main environment does not install vLLM; the
 README says how to make the vLLM one). What is checked, each against the trainer itself:
-  1. the sampler's log-probs (Sample.logprobs) equal the trainer's forward + dapo.token_logprobs
-     at the training temperature, through plumbing.forward_logprobs with left padding (99% of tokens
+  1. the sampler's log-probs (Sample.logprobs) equal the trainer's forward + forward.token_logprobs
+     at the training temperature, through forward.logprobs with left padding (99% of tokens
      within 1e-5, all within 1e-4: see assert_logprobs_match);
   2. after the trainer's weights change, sync_weights makes the engine follow them (module or
      state dict; in-process iterator or RAM-disk path), and a skipped sync is caught by check_sync;
@@ -34,9 +34,11 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+import forward  # noqa: E402
 import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import tiny  # noqa: E402
+import tiny_base  # noqa: E402
 import train  # noqa: E402
 from rollout import SamplingParams  # noqa: E402
 from vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
@@ -53,7 +55,7 @@ def model_dir(tmp_path_factory) -> Path:
     if (tiny.ASSET_DIR / "config.json").exists():
         return tiny.ASSET_DIR
     out = tmp_path_factory.mktemp("tiny-base")
-    tiny.build_base(out, steps=20, seed=0)
+    tiny_base.build_base(out, steps=20, seed=0)
     return out
 
 
@@ -78,17 +80,17 @@ def prompts(policy):
 
 
 def trainer_logprobs(model, prompts_, samples, temperature):
-    """The trainer's log-probs of each sample's tokens: plumbing.pad_micro_batch + plumbing.forward_logprobs."""
+    """The trainer's log-probs of each sample's tokens: forward.micro_batch + forward.logprobs."""
     flat = [(p, s) for p, group in zip(prompts_, samples) for s in group]
     batch = train.Batch(
         prompt_ids=[p for p, _ in flat], response_ids=[s.token_ids for _, s in flat],
         advantages=torch.zeros(len(flat)), mask_rows=torch.ones(len(flat)),
         group_index=torch.zeros(len(flat), dtype=torch.long), sampler_logp=[s.logprobs for _, s in flat],
     )
-    ids, attn, pos, resp, mask = plumbing.pad_micro_batch(batch, list(range(len(flat))), pad_id=0, device="cpu")
     cfg = train.Config(temperature=temperature)  # the trainer's defaults (shared prompt pass included)
+    inputs = forward.micro_batch(batch, list(range(len(flat))), 0, "cpu", cfg)
     with torch.no_grad():
-        logp, _ = plumbing.forward_logprobs(model, ids, attn, pos, resp, cfg)  # (B, T)
+        logp, _ = forward.logprobs(model, inputs, cfg)  # (B, T)
     return [logp[i, : len(s.token_ids)].tolist() for i, (_, s) in enumerate(flat)]
 
 
@@ -290,13 +292,13 @@ def test_only_the_listed_harmless_vllm_messages_are_quieted():
     assert shown("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
 
 
-def test_make_engine_dispatch(policy, model_dir):
+def test_build_engine_dispatch(policy, model_dir):
     # Only the argument checks and the one "auto" rule: a second in-process vLLM engine would cost another start-up.
     model, tok = policy
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device="cpu", seed=0, max_model_len=MAX_MODEL_LEN)
     with pytest.raises(ValueError, match="--engine must be one of"):
-        rollout.make_engine("sglang", **kw)
-    assert isinstance(rollout.make_engine("hf", **kw), rollout.HFEngine)
+        plumbing.build_engine("sglang", **kw)
+    assert isinstance(plumbing.build_engine("hf", **kw), rollout.HFEngine)
     assert rollout.resolve_engine("auto") == "vllm" and rollout.resolve_engine("hf") == "hf"  # vLLM is installed here
 
 

@@ -1,0 +1,217 @@
+"""The memory plan (bench/memory_plan.py) against measurement: CPU runs of train.py on 1, 2 and 4 gloo ranks, per-rank peaks side by side.
+
+    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once)
+    OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --worlds 1 2 --models tiny   # a part
+    OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --only steps0            # the loading measurement only
+    python bench/bench_memory_plan.py --only count                               # the activation formula, counted
+
+Models: the shipped tiny policy (assets/tiny-base) and a random Qwen2-style model of 277M
+parameters (16 layers, hidden 1024, MLP 4096, 16 query / 4 key-value heads, vocabulary 32768,
+tied embeddings), saved as bf16 safetensors with the tiny tokenizer beside it, built once under
+runs/bench/. For each model and number of ranks, train.py runs a few steps (JOB_FLAGS: one
+micro-batch of 4 responses of 16 tokens per rank; no dynamic sampling, since the random model
+answers nothing right; the plain pass, as the plan models the shared prompt pass by it) and its
+summary.json gives each rank's peak RSS (ru_maxrss) after loading and over the whole run; the plan
+is run with the same flags (--device cpu --forward padded-logits: the log-prob pass of this
+code) and its predicted peaks are printed beside them, with the ratio. The target: every
+predicted peak within 25% of the measured one. `steps0` is the loading measurement: 4 ranks,
+`--steps 0`, GNU time's max RSS of each rank, the 277M model's job minus the tiny model's, in
+multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x).
+`count` counts the bytes one decoder layer saves for backward (torch.autograd.graph.saved_tensors_hooks)
+and prints them beside the plan's formula.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from common import SCRATCH_ROOT, machine_line, title_line
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+import memory_plan  # noqa: E402  (bench/ is on sys.path: this script's folder)
+
+GiB = 2**30
+TINY = REPO / "assets" / "tiny-base"
+RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, num_hidden_layers=16, num_attention_heads=16,
+                    num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
+JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
+             "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "4", "--max_response_len", "16",
+             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--share_prompt_forward", "false", "--lr", "1e-5",
+             "--tiny_train_size", "2000"]
+
+
+def build_random_model(out: Path, shape: dict | None = None) -> Path:
+    """A Qwen2 model of `shape` (default RANDOM_SHAPE) with random weights, saved as bf16 safetensors with
+    the tiny tokenizer (once)."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    if (out / "config.json").is_file():
+        return out
+    torch.manual_seed(0)
+    config = Qwen2Config(**(shape or RANDOM_SHAPE), eos_token_id=1, pad_token_id=0, bos_token_id=None)
+    model = AutoModelForCausalLM.from_config(config)
+    model.to(torch.bfloat16).save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(TINY / f, out / f)
+    return out
+
+
+def longest_prompt(flags: list[str]) -> int:
+    """The longest training prompt of the tiny data, in tokens (what the plan is told as --prompt_len)."""
+    import plumbing
+    import train
+    from task import Task
+
+    cfg = train.parse_config(flags)
+    data, _ = train.load_data(cfg, Task(), plumbing.load_tokenizer(""))
+    return max(map(len, data.prompt_ids))
+
+
+def run_job(model: Path, world: int, run_dir: Path, flags: list[str], live: bool = False) -> list[dict]:
+    """train.py on `world` ranks (plain python for 1); each rank's memory figures from its summary.json.
+
+    live: run with MALLOC_MMAP_THRESHOLD_=65536, so glibc returns every freed tensor of 64 KiB or more
+    to the kernel at once and the RSS follows the live tensors (by default glibc keeps freed blocks
+    under 32 MiB for reuse, and the peak RSS includes whatever it kept).
+    """
+    shutil.rmtree(run_dir, ignore_errors=True)
+    launch = [sys.executable] if world == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                  f"--nproc_per_node={world}"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **({"MALLOC_MMAP_THRESHOLD_": "65536"} if live else {})}
+    out = subprocess.run([*launch, "train.py", "--model", str(model), "--run_dir", str(run_dir), *flags], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"train.py on {world} ranks failed:\n{out.stderr[-3000:]}")
+    return json.loads((run_dir / "summary.json").read_text())["memory_per_rank"]
+
+
+def predict(model: Path, world: int, prompt_len: int, flags: list[str], device: str = "cpu", extra=()) -> dict:
+    """The plan's per-rank figures (GiB) for the job: {"rank 0": {"host": {phase: GiB}, "gpu": ...}, "other ranks": ...}."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        out = memory_plan.main(["--model_config", str(model), "--device", device, "--gpus", str(world), "--forward",
+                                "padded-logits", "--prompt_len", str(prompt_len), *extra, *flags])
+    return out["per_rank"]
+
+
+def compare(args, random_model: Path) -> None:
+    """Each model x number of ranks: run the job, run the plan, print both per rank."""
+    prompt_len = longest_prompt(JOB_FLAGS)
+    print(f"# jobs: train.py {' '.join(JOB_FLAGS)}; longest prompt {prompt_len} tokens")
+    print("# measured: each rank's peak RSS (summary.json memory_per_rank), the jobs run with "
+          + ("glibc's default allocator (freed blocks under 32 MiB kept for reuse)" if args.default_malloc else
+             "MALLOC_MMAP_THRESHOLD_=65536 (freed tensors go back to the kernel: RSS follows the live tensors the plan "
+             "counts; --default_malloc measures with glibc's default)"))
+    print(f"{'model':>10} {'ranks':>5} {'rank':>4} | {'load: plan':>10} {'measured':>9} | {'peak: plan':>10} {'measured':>9} "
+          f"{'plan/measured':>13} | plan's peak phase")
+    worst = 0.0
+    for name in args.models:
+        model = TINY if name == "tiny" else random_model
+        for world in args.worlds:
+            measured = run_job(model, world, SCRATCH_ROOT / "memory_plan" / f"{name}-{world}", JOB_FLAGS,
+                               live=not args.default_malloc)
+            plan = predict(model, world, prompt_len, JOB_FLAGS)
+            for r in measured:
+                p = plan["rank 0" if r["rank"] == 0 else "other ranks"]["host"]
+                peak, phase = max(p.values()), max(p, key=p.get)
+                ratio = peak / r["host_peak_gib"]
+                worst = max(worst, abs(ratio - 1))
+                print(f"{name:>10} {world:>5} {r['rank']:>4} | {p['load']:>10.2f} {r['host_load_gib']:>9.2f} | "
+                      f"{peak:>10.2f} {r['host_peak_gib']:>9.2f} {ratio:>13.2f} | {phase}", flush=True)
+    print(f"largest |plan/measured - 1| of the peaks: {worst:.0%} (target <= 25%)")
+
+
+def steps0(random_model: Path) -> None:
+    """The loading measurement of the task: 4 ranks, --steps 0, GNU time per rank, the 277M job minus the tiny job."""
+    import torch
+    from safetensors import safe_open
+
+    fp32 = 0
+    with safe_open(str(random_model / "model.safetensors"), framework="pt") as f:
+        fp32 = sum(4 * torch.Size(f.get_slice(k).get_shape()).numel() for k in f.keys())
+    rss = {}
+    for name, model in (("random", random_model), ("tiny", TINY)):
+        run_dir = SCRATCH_ROOT / "memory_plan" / f"steps0-{name}"
+        shutil.rmtree(run_dir, ignore_errors=True)
+        timing = run_dir.parent / f"steps0-{name}.time"
+        timing.unlink(missing_ok=True)
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4", "--no-python",
+               "/usr/bin/time", "-a", "-o", str(timing), "-f", "maxrss_kb %M", sys.executable, "train.py", "--model",
+               str(model), "--steps", "0", "--eval_data=", "--probe_every", "0", "--run_dir", str(run_dir)]
+        out = subprocess.run(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                             timeout=3600)
+        if out.returncode != 0:
+            raise RuntimeError(f"--steps 0 job failed:\n{out.stderr[-3000:]}")
+        rss[name] = sorted(int(line.split()[1]) * 1024 for line in timing.read_text().splitlines())  # bytes, per rank
+        per_rank = json.loads((run_dir / "summary.json").read_text())["memory_per_rank"]
+        print(f"# {name}: GNU time maxrss per rank (sorted) {[round(x / GiB, 3) for x in rss[name]]} GiB; "
+              f"summary.json per rank {[r['host_peak_gib'] for r in per_rank]} GiB")
+    base = max(rss["tiny"])
+    print(f"fp32 model {fp32 / GiB:.3f} GiB; each rank minus the tiny job's largest, in fp32 models: "
+          + ", ".join(f"{(x - base) / fp32:.2f}x" for x in rss["random"])
+          + " (the largest is rank 0, which writes final/; target for the others <= 0.50x)")
+
+
+def count() -> None:
+    """Bytes one decoder layer saves for backward, counted, beside the plan's formula."""
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    shape = dict(RANDOM_SHAPE, vocab_size=1000)
+    for dtype, b in ((torch.float32, 4), (torch.bfloat16, 2)):
+        for masked in (True, False):
+            rows, t = 2, 96
+            saved = []
+            for layers in (1, 2):  # the difference is one layer
+                model = AutoModelForCausalLM.from_config(Qwen2Config(**{**shape, "num_hidden_layers": layers}), dtype=dtype)
+                params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+                seen = {}
+
+                def pack(x, seen=seen, params=params):
+                    if x.untyped_storage().data_ptr() not in params:
+                        seen[x.untyped_storage().data_ptr()] = x.untyped_storage().nbytes()
+                    return x
+
+                ids = torch.randint(0, 1000, (rows, t))
+                mask = torch.ones(rows, t, dtype=torch.long)
+                mask[0, :5] = 0  # left padding, as in a padded micro-batch
+                with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+                    model(input_ids=ids, attention_mask=mask if masked else None, logits_to_keep=1)
+                saved.append(sum(seen.values()))
+            counted = (saved[1] - saved[0]) / (rows * t)
+            s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"], 16, 256, 1000, True)
+            formula = memory_plan.per_layer_token_bytes(s, b, t if masked else 0)
+            print(f"{str(dtype):>15} {'mask' if masked else 'no mask':>8}: counted {counted:8.0f} B per token per layer, "
+                  f"formula {formula:8.0f} B")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--models", nargs="+", choices=("tiny", "random"), default=["tiny", "random"])
+    ap.add_argument("--only", choices=("compare", "steps0", "count"), default="")
+    ap.add_argument("--default_malloc", action="store_true", help="compare: measure with glibc's default allocator")
+    args = ap.parse_args()
+    print(title_line("bench_memory_plan"))
+    print(machine_line())
+    random_model = build_random_model(SCRATCH_ROOT / "memory_plan" / "random-277m")
+    if args.only in ("", "count"):
+        count()
+    if args.only in ("", "compare"):
+        compare(args, random_model)
+    if args.only in ("", "steps0"):
+        steps0(random_model)
+
+
+if __name__ == "__main__":
+    main()

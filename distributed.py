@@ -1,0 +1,202 @@
+"""Processes and collectives under torchrun: this process's rank, the few collectives the loop needs, generation engine groups, seeding, splitting evaluation problems across ranks.
+
+Plumbing a learner may skip. With one process (no torchrun) every collective here is a no-op,
+so a single-GPU fork can delete this file's callers' distributed branches without changing
+results. Imports nothing of this repository: every other module may import it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+@dataclass
+class Dist:
+    """This process's place under torchrun (rank 0 of 1 without it)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
+    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda."""
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    if "RANK" not in os.environ:
+        return Dist(), torch.device("cuda" if use_cuda else "cpu")
+    import torch.distributed as tdist
+
+    rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+    if use_cuda:
+        torch.cuda.set_device(local)
+    if not tdist.is_initialized():
+        # On GPU: NCCL for CUDA tensors, gloo for the CPU-tensor collectives of the loop
+        # (all_reduce_sum, rollout.sync_engine's gap) that NCCL alone would reject.
+        tdist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo")
+    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
+
+
+def close_distributed(dist: Dist) -> None:
+    """Tear down the process group at the end of a torchrun run, after a last barrier (nothing with one process).
+
+    Raises RuntimeError: under torchrun the group is already gone (something else destroyed the
+    trainer's group, e.g. a generation engine's shutdown: vllm_engine.VLLMEngine.close must not).
+    """
+    if dist.world == 1:
+        return
+    if not torch.distributed.is_initialized():
+        raise RuntimeError("the trainer's process group was destroyed before the end of the run (by the engine's shutdown?)")
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def all_gather_objects(obj, dist: Dist) -> list:
+    """[obj of rank 0, obj of rank 1, ...] on every rank."""
+    if dist.world == 1:
+        return [obj]
+    out = [None] * dist.world
+    torch.distributed.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj, dist: Dist):
+    """Rank 0's `obj` on every rank (pickled through the default process group)."""
+    if dist.world == 1:
+        return obj
+    box = [obj]
+    torch.distributed.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
+    """Sum (or max) of a number over all ranks, in float64."""
+    if dist.world == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
+    return float(t.item())
+
+
+def all_reduce_max(x: float, dist: Dist) -> float:
+    return all_reduce_sum(x, dist, op="max")
+
+
+def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tuple]:
+    """Every rank's generated shards on every rank, one copy of each, sorted by shard index.
+
+    local: this rank's (shard index, seed, wall seconds, prompt indices, samples) tuples, samples
+    a list (per prompt) of lists of rollout.Sample. With tp > 1 the tp consecutive ranks of an
+    engine group generated the same shards: only the group's first rank sends its samples, the
+    others a digest of their tokens, which must match (same prompts, seed and weights give the
+    same tokens; docs/PITFALLS.md, failure 13). A collective.
+
+    Raises GroupMismatchError: the ranks of one group drew different tokens for a shard.
+    """
+    leader = dist.rank % tp == 0
+    def digest(samples) -> str:
+        return hashlib.sha256(repr([[s.token_ids for s in g] for g in samples]).encode()).hexdigest()[:16]
+
+    mine = [(*x[:4], x[4] if leader else None, digest(x[4]) if tp > 1 else None) for x in local]
+    parts = all_gather_objects(mine, dist)
+    if tp > 1:
+        for c in {x[0] for part in parts for x in part}:
+            drew = {r: x[5] for r, part in enumerate(parts) for x in part if x[0] == c}
+            if len(set(drew.values())) > 1:
+                raise GroupMismatchError(f"ranks {sorted(drew)} (engine group {min(drew) // tp}) drew different tokens "
+                                         f"for shard {c}")
+    return sorted((x[:5] for part in parts for x in part if x[4] is not None), key=lambda x: x[0])
+
+
+def barrier(dist: Dist) -> None:
+    if dist.world > 1:
+        torch.distributed.barrier()
+
+
+class GroupMismatchError(RuntimeError):
+    """Ranks that must act as one (the ranks of one tensor-parallel engine) were given different inputs."""
+
+
+def engine_groups(world: int, tp: int) -> list[list[int]]:
+    """The ranks of each generation engine: `tp` consecutive ranks per engine, [[0..tp-1], [tp..2tp-1], ...].
+
+    The layout vLLM's external launcher gives its tensor-parallel groups
+    (vllm/distributed/parallel_state.py, initialize_model_parallel), and TRL's colocate mode's
+    (trl/generation/vllm_generation.py). Raises ValueError unless tp >= 1 divides world.
+    """
+    if tp < 1 or world % tp:
+        raise ValueError(f"--vllm_tp {tp} must be >= 1 and divide the number of processes ({world})")
+    return [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
+
+
+def new_engine_group(tp: int):
+    """This rank's group of `engine_groups` as a gloo process group (a collective: every rank calls it)."""
+    import torch.distributed as tdist
+
+    mine, _ = tdist.new_subgroups_by_enumeration(engine_groups(tdist.get_world_size(), tp), backend="gloo")
+    return mine
+
+
+def assert_same_in_group(key, group, what: str) -> None:
+    """Raise GroupMismatchError on every rank of `group` unless all of them pass an equal `key`.
+
+    key: any picklable value (e.g. (seed, hash of the prompts)). A collective over `group`.
+    """
+    import torch.distributed as tdist
+
+    keys = [None] * tdist.get_world_size(group)
+    tdist.all_gather_object(keys, key, group=group)
+    if any(k != keys[0] for k in keys):
+        ranks = tdist.get_process_group_ranks(group)
+        raise GroupMismatchError(f"{what}: " + ", ".join(f"rank {r}: {k}" for r, k in zip(ranks, keys)))
+
+
+def seed_everything(seed: int, threads: int = 0) -> None:
+    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1)."""
+    torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --- splitting evaluation problems across ranks ---------------------------------------------------
+
+
+def shard(n: int, rank: int, world: int) -> tuple[list[int], int]:
+    """Problem indices rank `rank` generates: (indices, how many are real).
+
+    Rank r takes problems r::world, padded with copies of problem 0 up to ceil(n / world), so
+    every rank makes the same number of generate calls (transformers' synced_gpus under FSDP hangs
+    otherwise). Results of the padding are dropped before the gather.
+    """
+    if not (0 <= rank < world and n >= 1):
+        raise ValueError(f"shard needs 0 <= rank < world and n >= 1, got rank={rank}, world={world}, n={n}")
+    real = list(range(rank, n, world))
+    return real + [0] * (-(-n // world) - len(real)), len(real)
+
+
+def unshard(parts: list[list], world: int) -> list:
+    """Inverse of `shard`: parts[r] holds rank r's real results in order; returns them in problem order."""
+    out = [None] * sum(map(len, parts))
+    for r, part in enumerate(parts):
+        for j, x in enumerate(part):
+            out[r + j * world] = x
+    return out
+
+
+def rank_seed(seed: int, rank: int, world: int) -> int:
+    """Sampler seed of one rank's request: `seed` itself on one process, else a hash of (seed, rank)."""
+    if world == 1:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"eval-{seed}-{rank}".encode()).digest()[:4], "little")
