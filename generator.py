@@ -37,7 +37,7 @@ worker then checks its own log-probs of the probe against the learner's (the wei
 mismatch stops the run with rollout.WeightSyncError and the measured gap).
 
 Placement: the learner's rank 0 spawns the K workers on its own host; on GPU worker c takes the
-GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c). docs/scale.md "Generation placement".
+GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c). docs/async.md "A pool of generator workers".
 
 Start-up: the spawn start method pickles a process's arguments into a pipe that the child reads
 only after importing the learner's main module (seconds); a child that dies before reading them
@@ -192,7 +192,7 @@ def worker_device(cfg, c: int, learners_here: int) -> torch.device:
     if index >= torch.cuda.device_count():
         raise ValueError(f"--generator_workers {cfg.generator_workers} beside {learners_here} learner rank(s) needs "
                          f"{learners_here + cfg.generator_workers} GPUs on this node, found {torch.cuda.device_count()}: "
-                         "lower --generator_workers or --nproc_per_node (docs/scale.md \"Generation placement\")")
+                         "lower --generator_workers or --nproc_per_node (docs/async.md \"A pool of generator workers\")")
     return torch.device(f"cuda:{index}")
 
 

@@ -126,13 +126,9 @@ class Config:
                             "(admission control: no batch is started that would be older when used); 0 = inline (official)")
     generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the processes then "
                                 "reproduce the inline loop; for testing the pipeline)")
-    generator_workers: int = F(1, "[K] generator processes beside the learner (with a generator process): shard c of each "
-                               "generation round is sampled by worker c % K; on GPU worker c takes the GPU after the node's "
-                               "learner ranks (docs/scale.md \"Generation placement\")")
-    generator_weights: str = F("broadcast", "how the learner's weights reach the generator workers: broadcast (torch.distributed "
-                               "on a process group of their own: gloo on CPU, nccl on GPU) or shared_memory (one host)")
-    generator_timeout_s: float = F(60.0, "a generator worker not heard from for this long (stopped, or stuck), or a weight "
-                                   "transfer not done within it, stops the run (seconds)")
+    generator_workers: int = F(1, "[K] generator processes; worker c % K samples shard c (docs/async.md, the pool)")
+    generator_weights: str = F("broadcast", "weights to the workers: broadcast (torch.distributed, gloo/nccl) or shared_memory")
+    generator_timeout_s: float = F(60.0, "a generator worker silent this long, or a weight transfer this slow, stops the run (s)")
     # optimisation
     lr: float = F(2e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
@@ -160,9 +156,8 @@ class Config:
     vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed probe differ by "
                               "more than this after a weight sync; 0 = 1e-4 (fp32 engine) / 2e-2 (bf16); < 0 = record only")
     # scale-out (torchrun)
-    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
-                        "engine group c % groups (groups = processes / vllm_tp, or the --generator_workers). 0 = one per "
-                        "group. Equal values give "
+    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on engine group "
+                        "c % groups (groups = processes / vllm_tp, or --generator_workers). 0 = one per group. Equal values give "
                         "equal rollouts on any number of ranks: `python train.py --gen_shards N` reproduces "
                         "`torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
