@@ -179,6 +179,13 @@ def _config_rules(c, world: int, engine: str):
            "are taken either after top-p or before temperature, neither the trainer's distribution): set --top_p 1, "
            "--temperature 1 or --engine hf")
     yield (c.max_policy_lag < 0, f"--max_policy_lag must be >= 0 (0 = generate inline), got {c.max_policy_lag}")
+    yield (c.generator_workers < 1, f"--generator_workers must be >= 1, got {c.generator_workers}")
+    yield (c.generator_workers > 1 and not (c.max_policy_lag > 0 or c.generator_process),
+           f"--generator_workers {c.generator_workers} runs a pool of generator processes, which the inline loop does not "
+           "have: pass --max_policy_lag >= 1 or --generator_process true")
+    yield (c.generator_weights not in ("broadcast", "shared_memory"),
+           f"--generator_weights must be broadcast or shared_memory, got {c.generator_weights!r}")
+    yield (not 0 < c.generator_timeout_s < inf, f"--generator_timeout_s must be > 0 seconds, got {c.generator_timeout_s}")
     yield ((c.max_policy_lag > 0 or c.generator_process) and c.max_rollout_age > 0,
            "--max_rollout_age (reuse of surplus groups) and a generator process (--max_policy_lag) are two ways of training "
            "on older rollouts: use one of them")

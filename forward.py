@@ -15,7 +15,7 @@ cut and laid out so that long responses fit in memory and padding costs no compu
                                  budget, the same number of passes on every rank; the old
                                  log-probs of a batch (OldLogprobs); the optimizer step
 
-Callers: train.update_policy and OldLogprobs (training), generator.probe_logprobs and
+Callers: train.update_policy and OldLogprobs (training), transport.probe_logprobs and
 vllm_engine.VLLMEngine.sync_gap (the trainer's side of a weight-sync check), via `logprobs` and
 `sequence_logprobs`.
 """
@@ -332,7 +332,7 @@ def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, 
     """(len(response_ids),) float32 log-probs of one response after its prompt, the trainer's way (no grad).
 
     The trainer's side of the checks that compare an engine's log-probs with the trainer's
-    (generator.probe_logprobs, vllm_engine.VLLMEngine.sync_gap): the same pass as training.
+    (transport.probe_logprobs, vllm_engine.VLLMEngine.sync_gap): the same pass as training.
     """
     attach(model)
     inputs = micro_batch(Responses([prompt_ids], [response_ids], torch.ones(1)), [0], 0, next(model.parameters()).device,

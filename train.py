@@ -127,8 +127,11 @@ class Config:
     offpolicy_weight_mode: str = F("cap", "decoupled, a weight above C: 'cap' (truncated to C) or 'mask' (token dropped)")
     max_policy_lag: int = F(0, "[eta] generate in a process of its own, at most this many policy versions behind the learner "
                             "(admission control: no batch is started that would be older when used); 0 = inline (official)")
-    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the two processes then "
+    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the processes then "
                                 "reproduce the inline loop; for testing the pipeline)")
+    generator_workers: int = F(1, "[K] generator processes; worker c % K samples shard c (docs/async.md, the pool)")
+    generator_weights: str = F("broadcast", "weights to the workers: broadcast (torch.distributed, gloo/nccl) or shared_memory")
+    generator_timeout_s: float = F(60.0, "a generator worker silent this long, or a weight transfer this slow, stops the run (s)")
     # optimisation
     lr: float = F(2e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
@@ -159,8 +162,8 @@ class Config:
     vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed probe differ by "
                               "more than this after a weight sync; 0 = 1e-4 (fp32 engine) / 2e-2 (bf16); < 0 = record only")
     # scale-out (torchrun)
-    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
-                        "engine group c % groups (groups = processes / vllm_tp). 0 = one per group. Equal values give "
+    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on engine group "
+                        "c % groups (groups = processes / vllm_tp, or --generator_workers). 0 = one per group. Equal values give "
                         "equal rollouts on any number of ranks: `python train.py --gen_shards N` reproduces "
                         "`torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
@@ -229,7 +232,8 @@ PRESETS: dict[str, dict] = {
 
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every",
-                      "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol"}
+                      "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol",
+                      "generator_weights", "generator_timeout_s"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -314,7 +318,8 @@ class Rollouts:
 
 
 def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: Config, dist: Dist, tokenizer,
-                   task: Task, buffer: list[Group], *, version: int | None = None, n_shards: int = 0) -> Rollouts:
+                   task: Task, buffer: list[Group], *, version: int | None = None, n_shards: int = 0,
+                   learners: int = 0) -> Rollouts:
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
@@ -331,7 +336,8 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     max_rollout_age.
 
     version: the weights version generating (default `step`: inline, the learner's own weights);
-    n_shards: prompt shards per round (default --gen_shards, else one per engine group).
+    n_shards: prompt shards per round (default --gen_shards, else one per engine group); learners:
+    the ranks that train the batch (default dist.world; generator workers pass the learner's).
 
     Raises:
         cli.RunStopped: the round budget ran out under --on_exhausted error.
@@ -399,7 +405,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
         stats["groups/exhausted"] = 1.0
         # skip: train on nothing; partial: whole groups, a multiple of the world size so every
         # rank gets the same count. Groups not trained go back to the buffer when there is one.
-        cut = 0 if cfg.on_exhausted == "skip" else len(kept) - len(kept) % dist.world
+        cut = 0 if cfg.on_exhausted == "skip" else len(kept) - len(kept) % (learners or dist.world)
         kept, unused = kept[:cut], kept[cut:]
         if cfg.max_rollout_age > 0:
             buffer[:0] = unused  # oldest first, trained on first later

@@ -41,15 +41,23 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
 from __future__ import annotations
 
 import contextlib
+import copy
+import gc
 import hashlib
 import logging
 import os
+import shutil
+import tempfile
 import time
+import warnings
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as tdist
+from safetensors.torch import save_file
 
 import distributed
 import forward
@@ -72,9 +80,12 @@ HARMLESS_VLLM_MESSAGES = {
     "libiomp is not found in LD_PRELOAD": "a CPU speed hint of vLLM's install guide, not needed to run",
     "CPU backend doesn't allow to use `torch.set_num_threads`": "the trainer keeps its own thread count (see __init__)",
     "Using None for EOS token id": "no tokenizer in the engine: stop ids go with every request",
+    "Unknown vLLM environment variable detected: VLLM_DIST_IDENT": "vLLM's CPU worker sets it in its process's "
+        "environment (vllm/v1/worker/cpu_worker.py); a generator worker inherits it from the learner's engine",
 }
 _VLLM_LOG_SETTINGS = ("VLLM_LOGGING_LEVEL", "VLLM_CONFIGURE_LOGGING", "VLLM_LOGGING_CONFIG_PATH")
 _QUIET: bool | None = None  # decided once per process, by the first engine
+_QUIET_MARK = "DAPO_VLLM_QUIETED"  # set by a process that quieted vLLM, for the processes it starts
 
 
 class _HarmlessFilter(logging.Filter):
@@ -92,19 +103,18 @@ def _vllm_env_defaults() -> bool:
     gone) and `_quiet_vllm_logs` prints its warnings, without the HARMLESS_VLLM_MESSAGES.
     """
     global _QUIET
-    if _QUIET is None:
-        _QUIET = not any(k in os.environ for k in _VLLM_LOG_SETTINGS)
+    if _QUIET is None:  # a child (a generator worker) inherits the decision, and the setting below, with the environment
+        _QUIET = os.environ.get(_QUIET_MARK) == "1" or not any(k in os.environ for k in _VLLM_LOG_SETTINGS)
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in-process (see above)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache on CPU; default is 4+
     if _QUIET:
         os.environ["VLLM_CONFIGURE_LOGGING"] = "0"
+        os.environ[_QUIET_MARK] = "1"
     return _QUIET
 
 
 def _quiet_vllm_logs() -> None:
     """vLLM's warnings and errors on stderr, one line each, without the harmless ones (once per process)."""
-    import warnings
-
     lg = logging.getLogger("vllm")
     if not any(isinstance(f, _HarmlessFilter) for h in lg.handlers for f in h.filters):
         handler = logging.StreamHandler()
@@ -130,8 +140,6 @@ def _keep_default_process_group(keep: bool):
     destroy_distributed_environment). When the trainer created the default group (torchrun), it
     still needs it (checkpoint, final save) and destroys it itself at the very end.
     """
-    import torch.distributed as tdist
-
     real = tdist.destroy_process_group
 
     def destroy(group=None):
@@ -248,8 +256,7 @@ class VLLMEngine(Engine):
         quiet = _vllm_env_defaults()
         if quiet:
             _quiet_vllm_logs()
-        import torch.distributed as tdist
-        import vllm
+        import vllm  # optional heavy dependency (GPU or vllm-cpu): imported only where an engine is built or used
         from vllm import envs
 
         if sync_via not in ("auto", "iterator", "disk"):
@@ -367,9 +374,6 @@ class VLLMEngine(Engine):
             RuntimeError: vLLM returned outputs in another order or number than the requests, an
                 unexpected finish reason, or no log-probs.
         """
-        import copy
-        from dataclasses import replace
-
         from vllm import TokensPrompt
 
         self._same_request_in_group("generate", prompts, params)
@@ -459,10 +463,6 @@ class VLLMEngine(Engine):
 
         The folder outlives the call: reload_weights points the engine's model config at it.
         """
-        import tempfile
-
-        from safetensors.torch import save_file
-
         if self._sync_dir is None:
             self._sync_dir = Path(tempfile.mkdtemp(prefix="vllm-sync-", dir=self._shm_dir))
         # clone: tied weights share storage, which save_file refuses
@@ -526,9 +526,6 @@ class VLLMEngine(Engine):
         Under torchrun call it after the trainer's last collective that needs vLLM's groups is
         done; the trainer's default process group survives (see _keep_default_process_group).
         """
-        import gc
-        import shutil
-
         if self._sync_dir is not None:
             shutil.rmtree(self._sync_dir, ignore_errors=True)
             self._sync_dir = None

@@ -1,12 +1,16 @@
-"""Faults of the generator process (generator.py), each provoked at its bad moment through the real entry point.
+"""Faults of the generator workers (generator.py), each provoked at its bad moment through the real entry point.
 
-1. The learner killed (SIGKILL) while the generator has a batch half-written into a pipe nobody
-   reads: neither the generator nor multiprocessing's resource tracker survives it.
-2. The generator killed in its first second, before it read its start-up arguments: the learner
-   is not blocked in Process.start() and stops with the generator's exit status.
-3. The generator dead while it holds the shared-weights lock (DAPO_TEST_FAULT): the learner's
-   next publish does not block; it checkpoints the step it trained and stops with that error.
-4. A probe mismatch after a weight transfer raises the check's own error with the measured gap.
+A pool of two workers (weights by broadcast) at lag 1 unless said otherwise:
+1. The learner killed (SIGKILL) while worker 0 has a batch half-written into a pipe nobody reads:
+   neither worker nor multiprocessing's resource tracker survives it.
+2. A worker killed in its first second, before it read its start-up arguments: the learner is not
+   blocked in Process.start() and stops with the worker's exit status.
+3. A worker that dies in the middle of a generation round, while the other waits for its shard in
+   a collective: the learner names the dead one (not the other's failed collective) and stops.
+4. A worker stopped (SIGSTOP: alive, silent): the learner stops after --generator_timeout_s.
+5. A worker dead during a weight transfer (DAPO_TEST_FAULT): the learner's publish does not block;
+   it checkpoints the step it trained and stops with that error.
+6. A probe mismatch after a weight transfer raises the check's own error with the measured gap.
 
 Each waits with a deadline, asserts a clear error within seconds, and checks by PID that no process
 of the run is left. Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_generator_faults.py
@@ -30,10 +34,11 @@ import torch.multiprocessing as mp
 import generator
 import plumbing
 import rollout
+import transport
 
 REPO = Path(__file__).resolve().parents[1]
-RUN = ["--max_policy_lag", "1", "--prompts_per_step", "8", "--eval_data", "", "--mini_batch_size", "32",
-       "--micro_batch_size", "16", "--run_id", "t"]
+RUN = ["--max_policy_lag", "1", "--generator_workers", "2", "--prompts_per_step", "8", "--eval_data", "",
+       "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t"]
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process faults are provoked with Linux signals")
 
@@ -76,13 +81,21 @@ def _wait(condition, seconds: float, what: str, proc: subprocess.Popen) -> None:
         time.sleep(0.01)
 
 
-def _generator_of(proc: subprocess.Popen) -> psutil.Process | None:
-    """The learner's generator process (a spawn child), or None; the other child is the resource tracker."""
+def _workers_of(proc: subprocess.Popen, n: int = 2) -> list[psutil.Process] | None:
+    """The learner's n generator workers (spawn children, in start order), or None before all are
+    there; the other child is the resource tracker."""
+    found = []
     for p in _descendants(proc):
         with contextlib.suppress(psutil.NoSuchProcess):
             if "--multiprocessing-fork" in p.cmdline():
-                return p
-    return None
+                found.append(p)
+    return sorted(found, key=lambda p: p.create_time()) if len(found) >= n else None
+
+
+def _wait_for_workers(proc: subprocess.Popen) -> list[psutil.Process]:
+    found: list = []
+    _wait(lambda: found.append(_workers_of(proc)) or found[-1] is not None, 120, "the workers' start", proc)
+    return found[-1]
 
 
 def _left(procs: list[psutil.Process], seconds: float) -> list[int]:
@@ -103,50 +116,81 @@ def _stops_within(proc: subprocess.Popen, seconds: float, what: str) -> str:
         raise AssertionError(f"the learner hangs after {what}") from None
 
 
-def test_a_killed_learner_leaves_no_generator_and_no_resource_tracker(tmp_path, learner):
+def test_a_killed_learner_leaves_no_worker_and_no_resource_tracker(tmp_path, learner):
     proc = learner("--steps", "50")
     metrics = tmp_path / "run" / "metrics.jsonl"
     _wait(lambda: metrics.exists() and metrics.read_text(), 120, "the first step", proc)
     kids = _descendants(proc)
-    assert len(kids) == 2, [k.cmdline() for k in kids]  # the generator and the resource tracker
-    proc.send_signal(signal.SIGSTOP)  # it reads nothing more: the generator's next batch fills the pipe
+    assert len(kids) == 3, [k.cmdline() for k in kids]  # the two workers and the resource tracker
+    proc.send_signal(signal.SIGSTOP)  # it reads nothing more: worker 0's next batch fills the pipe
     time.sleep(4)
     proc.kill()
     proc.wait(10)
     assert _left(kids, 10) == []
 
 
-def test_a_generator_killed_in_its_first_second_stops_the_learner(learner):
+def test_a_worker_killed_in_its_first_second_stops_the_learner(learner):
     proc = learner("--steps", "3")
-    found: list = []
-    _wait(lambda: found.append(_generator_of(proc)) or found[-1] is not None, 120, "the generator's start", proc)
-    gen, kids = found[-1], _descendants(proc)
-    gen.kill()  # while it imports the learner's main module, before it has read its arguments
-    err = _stops_within(proc, 30, "its generator died at start-up")
+    workers = _wait_for_workers(proc)
+    kids = _descendants(proc)
+    workers[1].kill()  # while it imports the learner's main module, before it has read its arguments
+    err = _stops_within(proc, 30, "its worker died at start-up")
     assert proc.returncode == 2, err[-2000:]
-    assert f"error: the generator process (pid {gen.pid}) was killed by SIGKILL without sending batch 0" in err
+    assert (f"error: generator worker 1 (pid {workers[1].pid}) was killed by SIGKILL, while the learner handed over "
+            "weights version 0") in err, err[-2000:]
     assert _left(kids, 10) == []
 
 
-def test_a_generator_that_dies_holding_the_weights_lock_stops_the_learner_after_a_checkpoint(tmp_path, learner):
-    proc = learner("--steps", "3", env={generator.FAULT_ENV: "exit_holding_lock"})
-    found: list = []
-    _wait(lambda: found.append(_generator_of(proc)) or found[-1] is not None, 120, "the generator's start", proc)
-    gen, kids = found[-1], _descendants(proc)
-    _wait(lambda: not gen.is_running() or gen.status() == psutil.STATUS_ZOMBIE, 120, "the injected fault", proc)
-    err = _stops_within(proc, 30, "its generator died holding the lock")
+def test_a_worker_dead_in_a_generation_round_is_named_as_the_cause(tmp_path, learner):
+    proc = learner("--steps", "50")
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    _wait(lambda: metrics.exists() and metrics.read_text(), 120, "the first step", proc)
+    workers, kids = _workers_of(proc), _descendants(proc)
+    workers[1].kill()  # worker 0 is generating too, then waits for worker 1's shard in the round's gather
+    err = _stops_within(proc, 30, "a worker died mid-round")
     assert proc.returncode == 2, err[-2000:]
-    assert (f"error: the generator process (pid {gen.pid}) exited with code 86 holding the shared-weights lock (during "
-            "a weight copy); the learner checkpointed the 2 rollout steps it had trained") in err, err[-2000:]
-    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    assert f"error: generator worker 1 (pid {workers[1].pid}) was killed by SIGKILL" in err, err[-2000:]
+    assert _left(kids, 10) == []
+
+
+def test_a_stopped_worker_stops_the_learner_after_the_timeout(tmp_path, learner):
+    proc = learner("--steps", "50", "--generator_timeout_s", "4")
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    _wait(lambda: metrics.exists() and metrics.read_text(), 120, "the first step", proc)
+    workers, kids = _workers_of(proc), _descendants(proc)
+    workers[0].send_signal(signal.SIGSTOP)  # alive and silent: no batch, no heartbeat, no error, no exit
+    t0 = time.time()
+    err = _stops_within(proc, 40, "its worker stopped")
+    assert proc.returncode == 2, err[-2000:]
+    assert (f"error: generator worker 0 (pid {workers[0].pid}) has not been heard from for 4 s (--generator_timeout_s 4): "
+            "the process is stopped") in err, err[-2000:]
+    assert time.time() - t0 < 30
+    assert _left(kids, 10) == []
+
+
+def test_a_worker_dead_in_a_weight_transfer_stops_the_learner_after_a_checkpoint(tmp_path, learner):
+    proc = learner("--steps", "4", env={generator.FAULT_ENV: "exit_in_transfer"})
+    workers = _wait_for_workers(proc)
+    kids = _descendants(proc)
+    _wait(lambda: not workers[1].is_running() or workers[1].status() == psutil.STATUS_ZOMBIE, 120, "the injected fault",
+          proc)
+    err = _stops_within(proc, 30, "its worker died in a weight transfer")
+    assert proc.returncode == 2, err[-2000:]
+    assert (f"error: generator worker 1 (pid {workers[1].pid}) exited with code 86 (during the weight transfer), while "
+            "the learner handed over weights version 1; the learner wrote a checkpoint after 1 rollout steps") in err, \
+        err[-2000:]
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_000001"
     assert _left(kids, 10) == []
 
 
 def test_a_probe_mismatch_raises_the_sync_check_with_the_measured_gap():
     model = plumbing.load_model("", torch.device("cpu"))
     probe = list(range(3, 23))
-    reference = generator.probe_logprobs(model, probe, 8)  # (8,)
-    shared = generator.SharedWeights(model.state_dict(), probe, 8, mp.get_context("spawn"))
-    shared.publish(model.state_dict(), 1, reference + 0.5, lambda: None)  # the learner's reference off by 0.5
+    reference = transport.probe_logprobs(model, probe, 8)  # (8,)
+    control = transport.Control.create(1)
+    spec = transport.make_spec("shared_memory", model.state_dict(), 8, 1)
+    weights = transport.SharedMemoryWeights.create(spec, control, mp.get_context("spawn"), 5.0)
+    weights.send(1, reference + 0.5, model.state_dict().items(), lambda: None)  # the learner's reference off by 0.5
     with pytest.raises(rollout.WeightSyncError, match=r"version 1: probe log-probs differ from the learner's by 0\.5 > "):
-        generator._load_weights(shared, model, None, 1e-5, lambda: None)  # raises before the engine is touched
+        generator._load_weights(weights, control, 0, 1, model.state_dict(), model, None, probe, 1e-5, lambda: None)
+    assert control.ready(0) == control.loaded(0) == 1  # received whole; raised before the engine is touched

@@ -302,19 +302,46 @@ def test_build_engine_dispatch(policy, model_dir):
     assert rollout.resolve_engine("auto") == "vllm" and rollout.resolve_engine("hf") == "hf"  # vLLM is installed here
 
 
-def test_training_loop_two_steps_with_vllm(tmp_path):
-    """The whole loop with --engine vllm: rollouts come from vLLM, weights are synced after each step
-    (policy versions advance), and the sampler's log-probs agree with the trainer's old log-probs."""
+VLLM_RUN = ["--engine", "vllm", "--steps", "2", "--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8",
+            "--gen_prompts_per_round", "12", "--mini_batch_size", "32", "--probe_every", "0", "--run_id", "t"]
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    """Two steps of the loop with --engine vllm, each round in 2 prompt shards."""
+    run = tmp_path_factory.mktemp("vllm") / "v"
+    train.main(["--run_dir", str(run), "--gen_shards", "2", *VLLM_RUN])
+    return run
+
+
+def _jsonl(path) -> list[dict]:
     import json
 
-    run = tmp_path / "v"
-    train.main(["--run_dir", str(run), "--engine", "vllm", "--steps", "2", "--eval_limit", "8", "--eval_k", "2",
-                "--prompts_per_step", "8", "--gen_prompts_per_round", "12", "--mini_batch_size", "32",
-                "--probe_every", "0"])
-    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
-    records = [json.loads(l) for l in (run / "rollouts.jsonl").read_text().splitlines()]
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_training_loop_two_steps_with_vllm(vllm_run):
+    """The whole loop with --engine vllm: rollouts come from vLLM, weights are synced after each step
+    (policy versions advance), and the sampler's log-probs agree with the trainer's old log-probs."""
+    metrics, records = _jsonl(vllm_run / "metrics.jsonl"), _jsonl(vllm_run / "rollouts.jsonl")
     assert len(metrics) == 2 and {r["engine"] for r in records} == {"vllm"}
     assert {r["policy_version"] for r in records} == {0, 1}
     for m in metrics:
         assert m["sampler/logprob_absdiff_max"] < 1e-3  # synced weights: sampler and trainer agree
         assert m["time/weight_sync"] > 0
+
+
+def test_a_pool_of_two_vllm_workers_at_lag_0_reproduces_the_inline_loop(vllm_run, tmp_path):
+    """Two generator workers, each with its own vLLM engine and one shard of every round, take the
+    learner's weights by broadcast: the inline loop's rollouts and final weights, exactly."""
+    from safetensors.torch import load_file
+
+    pool = tmp_path / "pool"
+    train.main(["--run_dir", str(pool), "--generator_process", "true", "--generator_workers", "2", *VLLM_RUN])
+    drop = ("time/", "perf/", "memory/", "async/", "sync/", "gen_wall_s", "lag_s", "admission", "gen_group")
+    for name in ("metrics.jsonl", "rollouts.jsonl"):
+        a, b = ([{k: v for k, v in r.items() if not k.startswith(drop)} for r in _jsonl(run / name)] for run in (vllm_run, pool))
+        assert a == b, name
+    assert {(r["gen_shard"], r["gen_group"]) for r in _jsonl(pool / "rollouts.jsonl")} == {(0, 0), (1, 1)}
+    w1, w2 = load_file(vllm_run / "final/model.safetensors"), load_file(pool / "final/model.safetensors")
+    assert all(torch.equal(w1[k], w2[k]) for k in w1)
