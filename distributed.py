@@ -89,6 +89,7 @@ def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
 
 
 def all_reduce_max(x: float, dist: Dist) -> float:
+    """Max of a number over all ranks, in float64 (a collective)."""
     return all_reduce_sum(x, dist, op="max")
 
 
@@ -119,6 +120,7 @@ def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tu
 
 
 def barrier(dist: Dist) -> None:
+    """Wait until every rank reaches this line (nothing to wait for in one process)."""
     if dist.world > 1:
         torch.distributed.barrier()
 

@@ -176,10 +176,10 @@ def maj_at_j_curve(labels: list, correct: list) -> np.ndarray:
     return wins[1:] / totals
 
 
-def _hit_curve(sizes: list[int], n: int) -> np.ndarray:
+def _hit_curve(sizes: list[int], n: int, lc: np.ndarray) -> np.ndarray:
     """(n,): sum over groups of the chance that a j-subset of the n samples holds one of the
-    group's s samples, 1 - C(n - s, j) / C(n, j), for j = 1..n (the expected number of groups hit)."""
-    lc = _log_comb(n)
+    group's s samples, 1 - C(n - s, j) / C(n, j), for j = 1..n (the expected number of groups hit);
+    lc: _log_comb(n)."""
     j = np.arange(1, n + 1)  # (n,)
     out = np.zeros(n)
     for s, mult in Counter(sizes).items():
@@ -218,8 +218,8 @@ def diversity_curve(labels: list, responses: list) -> dict[str, np.ndarray]:
         log_p = lc[s, x] + lc[n - s, np.clip(j - x, 0, n - s)] - lc[n, j]  # (n, s) hypergeometric log-pmf
         share = x / j  # (n, s)
         entropy += mult * np.where(ok, np.exp(np.where(ok, log_p, 0.0)) * -share * np.log2(share), 0.0).sum(1)
-    return {"distinct_answers": _hit_curve(sizes, n), "answer_entropy_bits": entropy,
-            "duplicate_response_frac": 1.0 - _hit_curve(list(Counter(responses).values()), n) / j[:, 0]}
+    return {"distinct_answers": _hit_curve(sizes, n, lc), "answer_entropy_bits": entropy,
+            "duplicate_response_frac": 1.0 - _hit_curve(list(Counter(responses).values()), n, lc) / j[:, 0]}
 
 
 def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:

@@ -332,13 +332,19 @@ def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, 
     """(len(response_ids),) float32 log-probs of one response after its prompt, the trainer's way (no grad).
 
     The trainer's side of the checks that compare an engine's log-probs with the trainer's
-    (transport.probe_logprobs, vllm_engine.VLLMEngine.sync_gap): the same pass as training.
+    (transport.probe_logprobs, vllm_engine.VLLMEngine.sync_gap): the same pass as training, in eval
+    mode (the model's mode is restored). Under FSDP2 a collective: every rank calls it.
     """
     attach(model)
     inputs = micro_batch(Responses([prompt_ids], [response_ids], torch.ones(1)), [0], 0, next(model.parameters()).device,
                          packed=True)
-    with torch.no_grad():
-        logp, _ = getattr(model, PASS_METHOD)(inputs, float(temperature), int(chunk_size), None)  # (T,) each
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            logp, _ = getattr(model, PASS_METHOD)(inputs, float(temperature), int(chunk_size), None)  # (T,) each
+    finally:
+        model.train(was_training)
     return logp
 
 

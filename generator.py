@@ -376,7 +376,6 @@ class AsyncGenerator:
         is left to generate."""
         if version >= self.cfg.steps or self.failed:
             return {}
-        reference = transport.probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank (FSDP)
         t0 = time.perf_counter()
         failed, done = None, False
         if self.dist.main:
@@ -385,7 +384,9 @@ class AsyncGenerator:
             done = all(self._finished(c) for c in range(self.workers))  # past their last batch: nothing to send
         failed, done = distributed.broadcast_object((failed, done), self.dist)
         t1 = time.perf_counter()
-        if not (failed or done):
+        if not (failed or done):  # the same decision on every rank (broadcast above)
+            reference = transport.probe_logprobs(model, self.probe_ids, self.probe_len)  # every rank (FSDP)
+            t1 = time.perf_counter()  # the transfer's clock starts after the learner's probe pass
             items = rollout.stream_weights(model)  # under FSDP2 one all-gather per tensor, on every rank
             if self.dist.main:
                 try:

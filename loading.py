@@ -155,6 +155,7 @@ def check_tensors(model, path: str, found: dict[str, tuple[str, tuple[int, ...]]
 
 
 def tie_error(path: str, alias: str, name: str) -> ValueError:
+    """The error (returned, not raised) for a checkpoint whose tied tensors `alias` and `name` differ."""
     return ValueError(f"--model {path}: config.json ties {alias!r} to {name!r} (tie_word_embeddings), but the checkpoint "
                       "holds both with different values; set \"tie_word_embeddings\": false in config.json to train two "
                       "matrices, or remove the one not wanted")

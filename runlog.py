@@ -139,7 +139,12 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
 
 
 def gen_shards_of(config: dict, world: int) -> int:
-    """Prompt shards per generation round (train.collect_groups): --gen_shards, or 0 = one per engine group."""
+    """Prompt shards per generation round (train.collect_groups) of a run of `world` processes with the
+    train.Config fields in `config` (gen_shards, vllm_tp, max_policy_lag, generator_process,
+    generator_workers): --gen_shards, or 0 = one per engine group inline, one per worker with a
+    generator process (whose sharding does not depend on the learners' world)."""
+    if config.get("max_policy_lag", 0) > 0 or config.get("generator_process", False):
+        return config["gen_shards"] or config.get("generator_workers", 1)
     return config["gen_shards"] or world // config["vllm_tp"]
 
 

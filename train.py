@@ -495,6 +495,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
             logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
             mask = inputs.mask  # (b, T) loss mask
+            n_loss = float(mask.sum())  # loss tokens of this pass
             first = m == trained[0] and real_pass  # no optimizer step yet: old = this pass, detached
             old_logp = old.first_pass(micro, logp, ent, inputs.real) if first else old.rows(micro, logp)  # (b, T)
             adv = batch.advantages[micro].to(device)  # (b,)
@@ -503,12 +504,12 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             loss_tok, st = dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective,
                                                cap=cfg.offpolicy_cap, weight_mode=cfg.offpolicy_weight_mode,
                                                surrogate=cfg.surrogate, **params)
-            old.count_weights(st, float(mask.sum()) * real_pass)  # the behaviour weight's diagnostics, over loss tokens
+            old.count_weights(st, n_loss * real_pass)  # the behaviour weight's diagnostics, over loss tokens
             loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
                                        **{k: v[[row_of[i] for i in micro]].to(device) for k, v in per_row.items()})
             # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
             (loss * real_pass * dist.world).backward()
-            share = real_pass * float(mask.sum()) / counts["num_tokens"]  # this pass's share of the tokens
+            share = real_pass * n_loss / counts["num_tokens"]  # this pass's share of the tokens
             sums["loss"] += real_pass * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
                 sums[k] += st[k] * (real_pass * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)

@@ -74,10 +74,11 @@ class Control:
 
     @classmethod
     def create(cls, workers: int) -> Control:
+        """A fresh board in shared memory: (_FIXED + _PER_WORKER * workers,) int64; PENDING, VERSION
+        and every worker's READY and LOADED at -1 (no version yet), heartbeats at 0."""
         t = torch.zeros(_FIXED + _PER_WORKER * workers, dtype=torch.int64).share_memory_()  # (entries,)
         t[PENDING] = t[VERSION] = -1
-        t[_FIXED:] = -1  # READY and LOADED: no version yet (BEATS are reset below)
-        t[_FIXED + 2 :: _PER_WORKER] = 0
+        t[_FIXED :: _PER_WORKER] = t[_FIXED + 1 :: _PER_WORKER] = -1  # READY, LOADED of each worker
         return cls(t)
 
     def __getitem__(self, entry: int) -> int:
@@ -148,12 +149,7 @@ def check_layout(theirs: list, own: dict, model_name: str) -> None:
 def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
     """(probe_len,) float64: log-probs of the last probe_len tokens of probe_ids under `model` (temperature 1).
     Under FSDP2 a collective: every rank calls it."""
-    was_training = model.training
-    model.eval()
-    try:
-        lp = forward.sequence_logprobs(model, probe_ids[:-probe_len], probe_ids[-probe_len:])  # (probe_len,)
-    finally:
-        model.train(was_training)
+    lp = forward.sequence_logprobs(model, probe_ids[:-probe_len], probe_ids[-probe_len:])  # (probe_len,)
     return lp.double().cpu()
 
 

@@ -501,12 +501,7 @@ class VLLMEngine(Engine):
         P = len(prompt_ids)
         engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
 
-        was_training = model.training
-        model.eval()
-        try:
-            trainer_lp = forward.sequence_logprobs(model, seq[:P], seq[P:])  # (T,)
-        finally:
-            model.train(was_training)
+        trainer_lp = forward.sequence_logprobs(model, seq[:P], seq[P:])  # (T,)
         return float((engine_lp - trainer_lp.cpu()).abs().max())
 
     def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
