@@ -236,6 +236,12 @@ def _loss_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.T
     return valid, advantages.float(), log_ratio.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # (B, T)
 
 
+def _response_mean(x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(B,) the mean of x (B, T) over each response's loss tokens (valid (B, T) bool; x must be 0
+    elsewhere); 0 for a response without one (its count is taken as 1)."""
+    return x.sum(dim=1) / valid.sum(dim=1).clamp(min=1)
+
+
 def _token_share(valid: torch.Tensor):
     """frac(cond): the share of loss tokens (valid) where cond holds, a python float (0 if none)."""
     n = valid.sum().clamp(min=1).float()
@@ -584,8 +590,7 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
         raise ValueError(f"GSPO needs 0 < eps_low < 1 and eps_high > 0, got {eps_low} and {eps_high} "
                          "(paper: 3e-4 and 4e-4, for a ratio normalised by the response length)")
     valid, adv, log_ratio = _loss_inputs(logp, old_logp.detach(), advantages, mask)  # (B, T), (B, 1) or (B, T), (B, T)
-    n_tok = valid.sum(dim=1).clamp(min=1)  # (B,) loss tokens per response (1 for an empty row)
-    seq_log_ratio = log_ratio.detach().sum(dim=1) / n_tok  # (B,) l_i: masked mean (0 at mask == 0)
+    seq_log_ratio = _response_mean(log_ratio.detach(), valid)  # (B,) l_i: masked mean (0 at mask == 0)
     logp_valid = torch.where(valid, logp.float(), 0.0)  # (B, T)
     s = torch.exp(seq_log_ratio[:, None] + logp_valid - logp_valid.detach())  # (B, T), value s_i
     unclipped = -adv * s  # (B, T)
@@ -663,7 +668,7 @@ def behaviour_weight(
     log_r = torch.where(valid, prox_logp.detach().float() - behav_logp.detach().float(), 0.0)  # (B, T)
     r = torch.exp(log_r.clamp_(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))  # (B, T), exp(0) = 1 exactly
     if level == "sequence":
-        log_seq = log_r.sum(dim=1, keepdim=True) / valid.sum(dim=1, keepdim=True).clamp(min=1)  # (B, 1) mean
+        log_seq = _response_mean(log_r, valid)[:, None]  # (B, 1)
         r = torch.where(valid, torch.exp(log_seq), 1.0)  # (B, T): the geometric mean on each loss token
     over = valid & (r > cap)  # (B, T)
     w = torch.where(valid, r.clamp(max=cap) if mode == "cap" else torch.where(over, 0.0, r), 0.0)  # (B, T)

@@ -22,6 +22,7 @@ vllm_engine.VLLMEngine.sync_gap (the trainer's side of a weight-sync check), via
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import inspect
 import math
@@ -338,14 +339,23 @@ def sequence_logprobs(model, prompt_ids: list[int], response_ids: list[int], *, 
     attach(model)
     inputs = micro_batch(Responses([prompt_ids], [response_ids], torch.ones(1)), [0], 0, next(model.parameters()).device,
                          packed=True)
+    with inference(model):
+        logp, _ = getattr(model, PASS_METHOD)(inputs, float(temperature), int(chunk_size), None)  # (T,) each
+    return logp
+
+
+@contextlib.contextmanager
+def inference(model):
+    """Within: `model` in eval mode (no dropout) and no autograd graph; after, even on an exception,
+    the mode the model had before. For every pass that only measures: old log-probs, the sync probe,
+    generation (rollout.HFEngine)."""
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            logp, _ = getattr(model, PASS_METHOD)(inputs, float(temperature), int(chunk_size), None)  # (T,) each
+            yield
     finally:
         model.train(was_training)
-    return logp
 
 
 # --- plumbing: micro-batch layouts ------------------------------------------------------------------------
@@ -523,15 +533,14 @@ class OldLogprobs:
         self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
 
     def compute(self, model, rows: list[int], cfg, dist: Dist, device, pad_id: int) -> None:
-        """A no-grad forward pass over `rows` (mini-batches 2 and later), in eval mode; a collective under FSDP."""
-        model.eval()
-        with torch.no_grad():
+        """A no-grad forward pass over `rows` (indices into the batch: the responses of mini-batches 2 and
+        later), in eval mode; a collective under FSDP. device: the model's; pad_id: the tokenizer's pad token."""
+        with inference(model):
             for micro, real_pass in micro_batches_all_ranks(rows, self.batch, cfg, dist):
                 inputs = micro_batch(self.batch, micro, pad_id, device, cfg)
                 lp, ent = logprobs(model, inputs, cfg)  # (b, T), (b, T)
                 if real_pass:  # a padding pass only keeps the ranks in step
                     self._record(micro, lp, ent, inputs.real)
-        model.train()
 
     def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
@@ -565,8 +574,9 @@ class OldLogprobs:
 
     def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
         self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
+        lp = lp.detach().cpu()  # (b, T): one copy to the host per micro-batch, not one per response
         for r, i in enumerate(micro):
-            self.logp[i] = lp[r, : len(self.batch.response_ids[i])].detach().cpu()  # (len_i,)
+            self.logp[i] = lp[r, : len(self.batch.response_ids[i])]  # (len_i,)
             if self.batch.sampler_logp[i] is not None:
                 self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
 

@@ -228,16 +228,13 @@ class AsyncGenerator:
             if self.workers > 1 or cfg.generator_weights == "broadcast":  # where the process groups meet
                 self.store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                             timeout=datetime.timedelta(seconds=cfg.generator_timeout_s))
-            if cfg.generator_weights == "broadcast":
-                device = next(model.parameters()).device
-                self.weights = transport.BroadcastWeights(spec, self.store, 0, device, cfg.generator_timeout_s)
-            else:
-                self.weights = transport.SharedMemoryWeights.create(spec, self.control, ctx, cfg.generator_timeout_s)
+            self.weights = transport.learner_end(spec, self.control, ctx, self.store, next(model.parameters()).device,
+                                                 cfg.generator_timeout_s)
             # the bulk, pickled once into shared memory; `collect` (train.collect_groups), the task's class and
             # the config go by reference (the workers import nothing of train.py themselves)
             startup = _to_shared_bytes({
                 "cfg": cfg, "collect": collect, "task": task, "data": data, "start": start, "stream_position": stream_position,
-                "n_shards": cfg.gen_shards or self.workers, "learners": dist.world, "learners_here": learners_here,
+                "learners": dist.world, "learners_here": learners_here,
                 "store_port": self.store.port if self.store else None, "weights": spec, "probe_ids": self.probe_ids})
             for c in range(self.workers):
                 reader, writer = ctx.Pipe(duplex=False)
@@ -317,6 +314,9 @@ class AsyncGenerator:
         code = self.procs[c].exitcode
         return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
+    def _died(self, c: int, batch: int | None) -> str:
+        return f"{self._who(c)} {self._how(c)}" + (f" without sending batch {batch}" if batch is not None else "")
+
     def _trouble(self, batch: int | None = None, waiting_for: Callable[[int], bool] | None = None) -> str | None:
         """None while the pool is sound; else why not, the cause first: an error a worker diagnosed
         (kind "error"), a worker that died without a message, one silent for --generator_timeout_s,
@@ -328,18 +328,18 @@ class AsyncGenerator:
         for c, (kind, text) in sorted(self.errors.items()):
             if kind == "error":
                 return f"{self._who(c)} failed: {text}"
-        for wait in (0.0, GRACE_S if self.errors else 0.0):  # a failed collective: is a peer's death behind it?
+        for wait in (0.0, GRACE_S) if self.errors else (0.0,):  # a failed collective: is a peer's death behind it?
             for p in self.procs:
                 p.join(wait / len(self.procs))
             for c, p in enumerate(self.procs):
                 if p.exitcode not in (None, 0) and c not in self.errors:
-                    return f"{self._who(c)} {self._how(c)}" + (f" without sending batch {batch}" if batch is not None else "")
+                    return self._died(c, batch)
         for c, (_, text) in sorted(self.errors.items()):
             return f"{self._who(c)} failed: {text}"
         for c, p in enumerate(self.procs):
             if p.exitcode == 0 and ((c == 0 and batch is not None and batch not in self.inbox) or
                                     (waiting_for is not None and waiting_for(c))):
-                return f"{self._who(c)} {self._how(c)}" + (f" without sending batch {batch}" if batch is not None else "")
+                return self._died(c, batch)
         now = time.monotonic()
         for c, p in enumerate(self.procs):
             beats, since = self.heard[c]
@@ -532,11 +532,10 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
             # (before the engine: an in-process vLLM engine otherwise makes a default group of its own)
             tdist.init_process_group("gloo", store=tdist.PrefixStore("pool", store), rank=c, world_size=workers,
                                      timeout=datetime.timedelta(seconds=POOL_TIMEOUT_S))
-    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False)
-    if s["weights"]["transport"] == "broadcast":
-        weights = transport.BroadcastWeights(s["weights"], store, c + 1, device, cfg.generator_timeout_s)
-    else:
-        weights = transport.SharedMemoryWeights(s["weights"], weight_handles, control, cfg.generator_timeout_s)
+    probe_len = s["weights"]["probe_len"]  # the learner's probe; with vLLM, sync_engine checks the engine against the model
+    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False,
+                                  probe=(s["probe_ids"][:-probe_len], s["probe_ids"][-probe_len:]))
+    weights = transport.worker_end(s["weights"], weight_handles, control, store, c, device, cfg.generator_timeout_s)
     # the same weights and code: equal up to float order in fp32; the learner's bf16 compute (GPU) differs more
     atol = 2e-2 if device.type == "cuda" and cfg.bf16 else 1e-5
     stream = PromptStream(len(data), cfg.seed)
@@ -556,7 +555,7 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
             load_s += time.perf_counter() - t1
         idle = time.perf_counter() - t0 - load_s
         rollouts = s["collect"](b, engine, stream, data, cfg, dist, tokenizer, s["task"], [], version=version,
-                                n_shards=s["n_shards"], learners=s["learners"])
+                                learners=s["learners"])
         if c == 0:
             sender.put(("batch", Batch(b, version, rollouts, stream.position, idle, load_s)))
             control[PRODUCED] = b + 1
@@ -603,23 +602,19 @@ def _load_weights(weights, control: Control, c: int, version: int, own: dict, mo
     probe_len = weights.probe_len
     reference = weights.receive(own, version, learner_gone)
     control.set_loaded(c, version)
-    check_probe(model, probe_ids, probe_len, reference, version, atol)
-    rollout.sync_engine(engine, model, version)
-    if not engine.shares_module:  # vLLM: compare the engine with the model it was synced from
-        engine.check_sync(model, probe_ids[:-probe_len], probe_ids[-probe_len:])
+    _check_probe(model, probe_ids, probe_len, reference, version, atol)
+    rollout.sync_engine(engine, model, version)  # vLLM: also checks the engine against the model (make_engine's probe)
     return version
 
 
-def check_probe(model, probe_ids: list[int], probe_len: int, reference: torch.Tensor, version: int, atol: float) -> float:
-    """The weight-sync check: the gap between `model`'s probe log-probs and the learner's `reference`.
+def _check_probe(model, probe_ids: list[int], probe_len: int, reference: torch.Tensor, version: int, atol: float) -> float:
+    """The weight-sync check: the gap (nats) between `model`'s log-probs of the last probe_len tokens of
+    probe_ids and the learner's `reference` ((probe_len,) float64, CPU); returns it.
 
     Raises rollout.WeightSyncError: the gap exceeds atol (or is NaN)."""
     own = transport.probe_logprobs(model, probe_ids, probe_len)  # (probe_len,)
-    gap = float((own - reference).abs().max())
-    if not gap <= atol:
-        raise rollout.WeightSyncError(f"generator weights version {version}: probe log-probs differ from the learner's by "
-                                      f"{gap:.3g} > {atol:g}; the weight transfer is broken")
-    return gap
+    return rollout.check_gap(float((own - reference).abs().max()), atol, f"generator weights version {version}: probe "
+                             "log-probs differ from the learner's", "; the weight transfer is broken")
 
 
 def _test_fault(point: str, c: int, control: Control, version: int) -> None:

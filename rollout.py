@@ -33,6 +33,7 @@ import transformers
 from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 import verifier
+from forward import inference
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
 
@@ -119,6 +120,18 @@ class Engine:
 class WeightSyncError(RuntimeError):
     """An engine's or a generator process's weights do not match the trainer's (a sync was skipped,
     partial or wrong); the message gives the measured log-prob gap of the probe."""
+
+
+def check_gap(gap: float, atol: float, what: str, why: str) -> float:
+    """The weight-sync check of every path (sync_engine, a generator worker's transfer, VLLMEngine.check_sync).
+
+    gap: max |log-prob difference| over a probe, in nats; atol: the largest gap accepted.
+    Returns gap. Raises WeightSyncError "{what} by {gap} > {atol}{why}" when gap > atol or is NaN
+    (a NaN gap fails every comparison, so `not gap <= atol` catches it).
+    """
+    if not gap <= atol:
+        raise WeightSyncError(f"{what} by {gap:.3g} > {atol:g}{why}")
+    return gap
 
 
 # --- plumbing: transformers generate ------------------------------------------------------------------
@@ -228,18 +241,13 @@ class HFEngine(Engine):
         self.policy_version = policy_version
         return 0.0
 
-    @torch.no_grad()
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         flat = [p for p in prompts for _ in range(params.n)]  # prompt-major: group members contiguous
         out: list[Sample] = []
         device = next(self.model.parameters()).device
-        was_training = self.model.training
-        self.model.eval()
-        try:
+        with inference(self.model):
             for s in range(0, len(flat), self.max_batch):
                 out.extend(self._generate_batch(flat[s : s + self.max_batch], s, params, device))
-        finally:
-            self.model.train(was_training)
         return [out[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
 
     def _generate_batch(self, prompts: list[list[int]], first: int, params: SamplingParams, device) -> list[Sample]:
@@ -308,9 +316,15 @@ def sample_token(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     probs = torch.softmax(scores.double(), dim=-1)  # (N, V) float64: the float32 cumsum drifts over a large vocabulary
     cdf = probs.cumsum(-1)  # (N, V)
     tok = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)  # (N,)
-    # u * total may round up to the total (about once in 2**53 draws): then the last token with mass
-    last = probs.shape[1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # (N,)
-    return torch.minimum(tok, last)
+    # The first index whose cdf exceeds u * total always has mass (a token of probability 0 repeats its
+    # predecessor's cdf), unless u * total rounds up to the total (about once in 2**53 draws): then the
+    # search runs past the end (V) and the row takes its last token with mass. Checked, not computed,
+    # on every decoding step: finding that token reads all (N, V) probabilities.
+    over = tok >= probs.shape[1]  # (N,) bool
+    if bool(over.any()):
+        last = probs.shape[1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # (N,)
+        tok = torch.where(over, last, tok)
+    return tok
 
 
 class _SequenceSampler:
@@ -514,9 +528,9 @@ def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> d
             t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)
             torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
             gap = float(t.item())
-        if engine.sync_atol >= 0 and not gap <= engine.sync_atol:  # a negative tolerance only records the gap
-            raise WeightSyncError(f"after the sync to policy_version {policy_version} the engine's log-probs differ from "
-                                  f"the trainer's by {gap:.3g} > {engine.sync_atol:g} (worst rank): the weights did not "
-                                  "reach the engine (names, dtype, or a partial sync)")
+        if engine.sync_atol >= 0:  # a negative tolerance only records the gap
+            check_gap(gap, engine.sync_atol, f"after the sync to policy_version {policy_version} the engine's log-probs "
+                      "differ from the trainer's", " (worst rank): the weights did not reach the engine (names, dtype, "
+                      "or a partial sync)")
         out["sync/logprob_gap"] = gap
     return out

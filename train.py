@@ -318,7 +318,7 @@ class Rollouts:
 
 
 def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: Config, dist: Dist, tokenizer,
-                   task: Task, buffer: list[Group], *, version: int | None = None, n_shards: int = 0,
+                   task: Task, buffer: list[Group], *, version: int | None = None,
                    learners: int = 0) -> Rollouts:
     """Generate, score and filter until `prompts_per_step` groups are kept (Dynamic Sampling, paper 3.2).
 
@@ -336,8 +336,9 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     max_rollout_age.
 
     version: the weights version generating (default `step`: inline, the learner's own weights);
-    n_shards: prompt shards per round (default --gen_shards, else one per engine group); learners:
-    the ranks that train the batch (default dist.world; generator workers pass the learner's).
+    learners: the ranks that train the batch (default dist.world; generator workers pass the
+    learner's). Generator workers pass their own `dist` (worker c of K, one engine each), so one
+    shard per engine is one per worker there.
 
     Raises:
         cli.RunStopped: the round budget ran out under --on_exhausted error.
@@ -350,7 +351,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     generated, stats, rounds = [], {"time/score": 0.0, "time/generate": 0.0}, 0
     params = dict(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p)
     n_engines, my_engine = dist.world // engine.tp, dist.rank // engine.tp
-    n_shards = n_shards or cfg.gen_shards or n_engines
+    n_shards = cfg.gen_shards or n_engines
     version = step if version is None else version
     while len(kept) < cfg.prompts_per_step and rounds < cfg.max_gen_rounds:
         rnd, rounds = rounds, rounds + 1

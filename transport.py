@@ -147,8 +147,9 @@ def check_layout(theirs: list, own: dict, model_name: str) -> None:
 
 
 def probe_logprobs(model, probe_ids: list[int], probe_len: int) -> torch.Tensor:
-    """(probe_len,) float64: log-probs of the last probe_len tokens of probe_ids under `model` (temperature 1).
-    Under FSDP2 a collective: every rank calls it."""
+    """(probe_len,) float64 on the CPU, in nats: log-probs of the last probe_len tokens of probe_ids
+    (1 <= probe_len < len(probe_ids)) under `model` at temperature 1. Under FSDP2 a collective: every
+    rank calls it."""
     lp = forward.sequence_logprobs(model, probe_ids[:-probe_len], probe_ids[-probe_len:])  # (probe_len,)
     return lp.double().cpu()
 
@@ -171,18 +172,11 @@ class BroadcastWeights:
     (same name, dtype, shape: check_layout), on its device.
     """
 
-    name = "broadcast"
-
     def __init__(self, spec: dict, store, rank: int, device: torch.device, timeout_s: float):
         self.layout, self.probe_len = spec["layout"], spec["probe_len"]
         self.store, self.rank, self.members, self.device = store, rank, spec["members"], device
         self.timeout = datetime.timedelta(seconds=timeout_s)
         self.group = None
-
-    @staticmethod
-    def make_spec(state: dict, probe_len: int, workers: int) -> dict:
-        """Plain data for the workers' start-up blob."""
-        return {"transport": "broadcast", "layout": layout(state), "probe_len": probe_len, "members": workers + 1}
 
     def handles(self) -> tuple:
         return ()  # nothing shared: the members meet through the store
@@ -223,7 +217,7 @@ class BroadcastWeights:
 
     def receive(self, own: dict, version: int, peer_gone: Callable[[], str | None]) -> torch.Tensor:
         """A worker: the tensors of `version` into its state dict `own` (in place); returns the learner's
-        probe log-probs. Raises PeerGone as `send`, RuntimeError when the header carries another version."""
+        probe log-probs ((probe_len,) float64). Raises PeerGone as `send`, RuntimeError when the header carries another version."""
         header = torch.zeros(1, dtype=torch.int64, device=self.device)  # (1,)
         self._bcast(header, version)
         if int(header) != version:
@@ -246,39 +240,28 @@ class SharedMemoryWeights:
     handles: the memory is shared, not copied) and rebuilds the object with the blob's spec.
     """
 
-    name = "shared_memory"
-
     def __init__(self, spec: dict, handles: tuple, control: Control, timeout_s: float):
         self.buffer, self.reference, self.lock = handles
         self.layout, self.probe_len, self.control, self.timeout_s = spec["layout"], spec["probe_len"], control, timeout_s
-        self.offsets, offset = [], 0
-        for _, dtype, shape in self.layout:
-            offset = -(-offset // _ALIGN) * _ALIGN
-            self.offsets.append(offset)
-            offset += torch.Size(shape).numel() * dtype.itemsize
-
-    @staticmethod
-    def make_spec(state: dict, probe_len: int, workers: int) -> dict:
-        return {"transport": "shared_memory", "layout": layout(state), "probe_len": probe_len}
+        offsets, _ = _offsets(self.layout)
+        self._views = [self.buffer[off : off + torch.Size(shape).numel() * dtype.itemsize].view(dtype).view(shape)
+                       for (_, dtype, shape), off in zip(self.layout, offsets)]  # one per tensor, built once
 
     @classmethod
     def create(cls, spec: dict, control: Control, ctx, timeout_s: float) -> SharedMemoryWeights:
         """The learner's side: allocates the buffer (bytes: every tensor, aligned) and the lock."""
-        size = 0
-        for _, dtype, shape in spec["layout"]:
-            size = -(-size // _ALIGN) * _ALIGN + torch.Size(shape).numel() * dtype.itemsize
-        handles = (torch.zeros(size, dtype=torch.uint8).share_memory_(),  # (bytes,)
+        handles = (torch.zeros(_offsets(spec["layout"])[1], dtype=torch.uint8).share_memory_(),  # (bytes,)
                    torch.zeros(spec["probe_len"], dtype=torch.float64).share_memory_(),  # (probe_len,)
                    ctx.Lock())
         return cls(spec, handles, control, timeout_s)
 
     def handles(self) -> tuple:
+        """(buffer, reference, lock): what a worker's spawn arguments carry to rebuild this object."""
         return self.buffer, self.reference, self.lock
 
     def views(self) -> list[torch.Tensor]:
-        """One view into the buffer per tensor of the layout (no copy)."""
-        return [self.buffer[off : off + torch.Size(shape).numel() * dtype.itemsize].view(dtype).view(shape)
-                for (_, dtype, shape), off in zip(self.layout, self.offsets)]
+        """One view into the buffer per tensor of the layout (no copy), with that entry's dtype and shape."""
+        return self._views
 
     def send(self, version: int, reference: torch.Tensor, items: Iterable, peer_gone: Callable[[], str | None]) -> None:
         """The learner: copy each (name, full tensor) of `items` in (consumed to the end whatever
@@ -298,7 +281,7 @@ class SharedMemoryWeights:
 
     def receive(self, own: dict, version: int, peer_gone: Callable[[], str | None]) -> torch.Tensor:
         """A worker: once the buffer holds `version`, copy it into the state dict `own`; returns the
-        learner's probe log-probs. Raises PeerGone when the learner is gone, or has not written
+        learner's probe log-probs ((probe_len,) float64, CPU). Raises PeerGone when the learner is gone, or has not written
         `version` within the timeout."""
         deadline = time.monotonic() + self.timeout_s
         while self.control[VERSION] != version:
@@ -314,5 +297,36 @@ class SharedMemoryWeights:
 
 
 def make_spec(kind: str, state: dict, probe_len: int, workers: int) -> dict:
-    """The transport's plain data for the workers' start-up blob (its size grows with the number of tensors)."""
-    return {"broadcast": BroadcastWeights, "shared_memory": SharedMemoryWeights}[kind].make_spec(state, probe_len, workers)
+    """The transport's plain data for the workers' start-up blob (its size grows with the number of tensors):
+    {"transport": kind, "layout": layout(state), "probe_len", "members": workers + 1 (the broadcast group's
+    size: the learner's rank 0 and every worker)}. Raises ValueError for a kind other than broadcast or
+    shared_memory."""
+    if kind not in ("broadcast", "shared_memory"):
+        raise ValueError(f"--generator_weights must be broadcast or shared_memory, got {kind!r}")
+    return {"transport": kind, "layout": layout(state), "probe_len": probe_len, "members": workers + 1}
+
+
+def learner_end(spec: dict, control: Control, ctx, store, device: torch.device, timeout_s: float):
+    """The learner's end of the transport `spec` names: rank 0 of the broadcast group (its members
+    meet through `store`, a TCPStore), or a new shared-memory buffer (spawned by `ctx`)."""
+    if spec["transport"] == "broadcast":
+        return BroadcastWeights(spec, store, 0, device, timeout_s)
+    return SharedMemoryWeights.create(spec, control, ctx, timeout_s)
+
+
+def worker_end(spec: dict, handles: tuple, control: Control, store, c: int, device: torch.device, timeout_s: float):
+    """Worker c's end: rank c + 1 of the broadcast group, receiving onto `device`; or the learner's shared
+    buffer rebuilt from its `handles()`."""
+    if spec["transport"] == "broadcast":
+        return BroadcastWeights(spec, store, c + 1, device, timeout_s)
+    return SharedMemoryWeights(spec, handles, control, timeout_s)
+
+
+def _offsets(entries: list) -> tuple[list[int], int]:
+    """Byte offsets of a layout's tensors in the shared buffer (each aligned to _ALIGN), and its size in bytes."""
+    offsets, size = [], 0
+    for _, dtype, shape in entries:
+        size = -(-size // _ALIGN) * _ALIGN
+        offsets.append(size)
+        size += torch.Size(shape).numel() * dtype.itemsize
+    return offsets, size

@@ -61,7 +61,7 @@ from safetensors.torch import save_file
 
 import distributed
 import forward
-from rollout import Engine, Sample, SamplingParams, WeightSyncError, _GenerationConfigOf, _stop_ids
+from rollout import Engine, Sample, SamplingParams, _GenerationConfigOf, _stop_ids, check_gap
 
 # vLLM warnings that are expected with this setup and say nothing about the run, each with why.
 # They are dropped unless the user configures vLLM's logging (see _vllm_env_defaults).
@@ -491,7 +491,7 @@ class VLLMEngine(Engine):
         from vllm import TokensPrompt
 
         if not prompt_ids or not response_ids:
-            raise ValueError("check_sync needs at least one prompt token and one response token")
+            raise ValueError("the sync probe needs at least one prompt token and one response token")
         seq = list(prompt_ids) + list(response_ids)
         if len(seq) + 1 > self.max_model_len:
             raise ValueError(f"probe of {len(seq)} tokens does not fit max_model_len {self.max_model_len}")
@@ -507,13 +507,9 @@ class VLLMEngine(Engine):
     def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
         """`sync_gap`, raising WeightSyncError above atol (default `sync_atol`); returns the gap."""
         atol = atol if atol is not None else self.sync_atol
-        diff = self.sync_gap(model, prompt_ids, response_ids)
-        if not diff <= atol:  # also catches NaN
-            raise WeightSyncError(
-                f"engine log-probs differ from the trainer's by {diff:.3g} > {atol:g} at policy_version "
-                f"{self.policy_version}: the last sync_weights did not take effect (or the dtypes differ)"
-            )
-        return diff
+        return check_gap(self.sync_gap(model, prompt_ids, response_ids), atol, "engine log-probs differ from the trainer's",
+                         f" at policy_version {self.policy_version}: the last sync_weights did not take effect (or the "
+                         "dtypes differ)")
 
     def close(self) -> None:
         """Shut the engine down and remove the RAM-disk sync folder; idempotent.

@@ -100,7 +100,7 @@ def throughput(run: Path) -> tuple[float, int, float, float, float]:
     return samples / seconds, samples, seconds, steady, samples / float((run / "wall_s").read_text())
 
 
-BREAKDOWN = {  # where a step's time goes: name -> metric keys summed (means over steps 1..)
+BREAKDOWN = {  # where a step's time goes: name -> metric keys summed (means over the steps 1.. that log them)
     "generation": ("time/generate",), "update": ("time/old_logprobs", "time/update"),
     "learner waits for the batch": ("async/learner_idle_s",), "learner waits in publish": ("async/publish_wait_s",),
     "weight transfer": ("async/weight_transfer_s",), "workers load weights": ("async/generator_load_s",),
@@ -108,9 +108,12 @@ BREAKDOWN = {  # where a step's time goes: name -> metric keys summed (means ove
 
 
 def breakdown(run: Path) -> dict[str, float]:
+    """Mean seconds per step of each BREAKDOWN row over steps 1.., each over the steps that log it (the last
+    step publishes nothing: async/publish_wait_s and async/weight_transfer_s are absent there, not 0)."""
     m = jsonl(run / "metrics.jsonl")[1:]
-    return {name: statistics.mean(sum(r.get(k, 0.0) for k in keys) for r in m) for name, keys in BREAKDOWN.items()
-            if any(k in r for r in m for k in keys)}
+    means = {name: [sum(r[k] for k in keys if k in r) for r in m if any(k in r for k in keys)]
+             for name, keys in BREAKDOWN.items()}
+    return {name: statistics.mean(v) for name, v in means.items() if v}
 
 
 def speed(args) -> None:
@@ -181,7 +184,6 @@ def age_slices(run: Path) -> dict[int, dict]:
 
 def base_pass_rates(prompt_ids: set[str], seed: int = 11) -> dict[str, float]:
     """avg@4 of the base policy (assets/tiny-base) on each of these training prompts."""
-    sys.path.insert(0, str(REPO))
     import torch
 
     import eval as evaluation
@@ -261,11 +263,9 @@ def _transport_worker(spec: dict, handles: tuple, control_t, port: int | None, c
     torch.set_num_threads(1)
     control = transport.Control(control_t)
     own = {name: torch.zeros(shape, dtype=dtype) for name, dtype, shape in spec["layout"]}
-    if spec["transport"] == "broadcast":
-        store = tdist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=60))
-        weights = transport.BroadcastWeights(spec, store, c + 1, torch.device("cpu"), 60.0)
-    else:
-        weights = transport.SharedMemoryWeights(spec, handles, control, 60.0)
+    store = None if port is None else tdist.TCPStore("127.0.0.1", port, is_master=False,
+                                                      timeout=datetime.timedelta(seconds=60))
+    weights = transport.worker_end(spec, handles, control, store, c, torch.device("cpu"), 60.0)
     for v in range(reps):
         control.set_ready(c, v)
         weights.receive(own, v, lambda: None)
@@ -305,9 +305,7 @@ def transport_bench(args) -> None:
             if kind == "broadcast":
                 store = tdist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
                                        timeout=datetime.timedelta(seconds=60))
-                weights = transport.BroadcastWeights(spec, store, 0, torch.device("cpu"), 60.0)
-            else:
-                weights = transport.SharedMemoryWeights.create(spec, control, ctx, 60.0)
+            weights = transport.learner_end(spec, control, ctx, store, torch.device("cpu"), 60.0)
             procs = [ctx.Process(target=_transport_worker, args=(spec, weights.handles(), control.t,
                                                                  store.port if store else None, c, args.reps))
                      for c in range(args.workers)]

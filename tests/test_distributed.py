@@ -89,7 +89,6 @@ GROUP_CHECK = r'''
 import json, os, sys, types
 import torch.distributed as dist
 import distributed
-import plumbing
 from rollout import SamplingParams
 from vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
 

@@ -35,6 +35,7 @@ import generator
 import plumbing
 import rollout
 import transport
+from procs import left
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--max_policy_lag", "1", "--generator_workers", "2", "--prompts_per_step", "8", "--eval_data", "",
@@ -98,16 +99,6 @@ def _wait_for_workers(proc: subprocess.Popen) -> list[psutil.Process]:
     return found[-1]
 
 
-def _left(procs: list[psutil.Process], seconds: float) -> list[int]:
-    """PIDs of `procs` still running (not zombies) after up to `seconds`."""
-    deadline = time.time() + seconds
-    while True:
-        alive = [p.pid for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        if not alive or time.time() > deadline:
-            return alive
-        time.sleep(0.05)
-
-
 def _stops_within(proc: subprocess.Popen, seconds: float, what: str) -> str:
     """The learner's stderr once it has exited, which it must within `seconds`."""
     try:
@@ -126,7 +117,7 @@ def test_a_killed_learner_leaves_no_worker_and_no_resource_tracker(tmp_path, lea
     time.sleep(4)
     proc.kill()
     proc.wait(10)
-    assert _left(kids, 10) == []
+    assert left(kids, 10) == []
 
 
 def test_a_worker_killed_in_its_first_second_stops_the_learner(learner):
@@ -138,7 +129,7 @@ def test_a_worker_killed_in_its_first_second_stops_the_learner(learner):
     assert proc.returncode == 2, err[-2000:]
     assert (f"error: generator worker 1 (pid {workers[1].pid}) was killed by SIGKILL, while the learner handed over "
             "weights version 0") in err, err[-2000:]
-    assert _left(kids, 10) == []
+    assert left(kids, 10) == []
 
 
 def test_a_worker_dead_in_a_generation_round_is_named_as_the_cause(tmp_path, learner):
@@ -150,7 +141,7 @@ def test_a_worker_dead_in_a_generation_round_is_named_as_the_cause(tmp_path, lea
     err = _stops_within(proc, 30, "a worker died mid-round")
     assert proc.returncode == 2, err[-2000:]
     assert f"error: generator worker 1 (pid {workers[1].pid}) was killed by SIGKILL" in err, err[-2000:]
-    assert _left(kids, 10) == []
+    assert left(kids, 10) == []
 
 
 def test_a_stopped_worker_stops_the_learner_after_the_timeout(tmp_path, learner):
@@ -165,7 +156,7 @@ def test_a_stopped_worker_stops_the_learner_after_the_timeout(tmp_path, learner)
     assert (f"error: generator worker 0 (pid {workers[0].pid}) has not been heard from for 4 s (--generator_timeout_s 4): "
             "the process is stopped") in err, err[-2000:]
     assert time.time() - t0 < 30
-    assert _left(kids, 10) == []
+    assert left(kids, 10) == []
 
 
 def test_a_worker_dead_in_a_weight_transfer_stops_the_learner_after_a_checkpoint(tmp_path, learner):
@@ -180,7 +171,7 @@ def test_a_worker_dead_in_a_weight_transfer_stops_the_learner_after_a_checkpoint
             "the learner handed over weights version 1; the learner wrote a checkpoint after 1 rollout steps") in err, \
         err[-2000:]
     assert (tmp_path / "run" / "checkpoints" / "latest").read_text().strip() == "step_000001"
-    assert _left(kids, 10) == []
+    assert left(kids, 10) == []
 
 
 def test_a_probe_mismatch_raises_the_sync_check_with_the_measured_gap():

@@ -40,8 +40,8 @@ import rollout  # noqa: E402
 import tiny  # noqa: E402
 import tiny_base  # noqa: E402
 import train  # noqa: E402
-from rollout import SamplingParams  # noqa: E402
-from vllm_engine import VLLMEngine, WeightSyncError  # noqa: E402
+from rollout import SamplingParams, WeightSyncError  # noqa: E402
+from vllm_engine import VLLMEngine  # noqa: E402
 
 torch.set_num_threads(1)
 MAX_MODEL_LEN = 256
