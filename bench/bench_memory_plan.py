@@ -1,6 +1,6 @@
 """The memory plan (bench/memory_plan.py) against measurement: CPU runs of train.py on 1, 2 and 4 gloo ranks, per-rank peaks side by side.
 
-    OMP_NUM_THREADS=1 flock -x LOCK python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once; 18 min on 2 cores)
+    OMP_NUM_THREADS=1 python bench/bench_memory_plan.py            # all (needs ~9 GiB of RAM at once; 18 min on 2 cores)
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --worlds 1 2 --models tiny   # a part
     OMP_NUM_THREADS=1 python bench/bench_memory_plan.py --only steps0            # the loading measurement only
     python bench/bench_memory_plan.py --only count                               # the activation formula, counted

