@@ -79,18 +79,22 @@ def broadcast_object(obj, dist: Dist):
     return box[0]
 
 
-def all_reduce_sum(x: float, dist: Dist, op: str = "sum") -> float:
-    """Sum (or max) of a number over all ranks, in float64."""
-    if dist.world == 1:
-        return x
-    t = torch.tensor([x], dtype=torch.float64)
-    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM if op == "sum" else torch.distributed.ReduceOp.MAX)
-    return float(t.item())
+def all_reduce_sum(x: float, dist: Dist) -> float:
+    """Sum of a number over all ranks, in float64 (a collective)."""
+    return _all_reduce(x, dist, torch.distributed.ReduceOp.SUM)
 
 
 def all_reduce_max(x: float, dist: Dist) -> float:
     """Max of a number over all ranks, in float64 (a collective)."""
-    return all_reduce_sum(x, dist, op="max")
+    return _all_reduce(x, dist, torch.distributed.ReduceOp.MAX)
+
+
+def _all_reduce(x: float, dist: Dist, op) -> float:
+    if dist.world == 1:
+        return x
+    t = torch.tensor([x], dtype=torch.float64)  # (1,)
+    torch.distributed.all_reduce(t, op=op)
+    return float(t.item())
 
 
 def gather_engine_shards(local: list[tuple], dist: Dist, tp: int = 1) -> list[tuple]:

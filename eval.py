@@ -369,7 +369,7 @@ def resolve_model(spec: str) -> Path:
         path = path / "final"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
-                                f"directory holding final/ (the default model is built by `python tiny_base.py`)")
+                                f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(plumbing.REPO)}, built by `python tiny_base.py`)")
     return path
 
 
@@ -560,7 +560,8 @@ def frontier_main(argv: list[str]) -> dict | None:
             sources.append((None, resolve_model(spec)))
         except FileNotFoundError:
             raise FileNotFoundError(f"--models entry {i} {spec!r}: no config.json there; pass an HF model directory, a run "
-                                    "directory holding final/, or a report.json of eval.py") from None
+                                    f"directory holding final/ (the shipped base policy: {DEFAULT_MODEL.relative_to(plumbing.REPO)}), or a report.json "
+                                    "of eval.py") from None
     torch.set_num_threads(ecfg.threads)
     dist, device = distributed.init_distributed(ecfg.device)
     reports = []

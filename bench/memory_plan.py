@@ -223,36 +223,33 @@ def describe(m: Micro, flash: bool) -> str:
     return f"shared prompt pass: {m.u} prompt{'s' if m.u > 1 else ''}, then {rows}" if m.layout == "shared" else f"padded: {rows}"
 
 
-def decoder_passes(m: Micro, flash: bool) -> list[tuple[int, int, str]]:
-    """(tokens, key length under an attention mask (0: none), what) of each decoder pass of a micro-batch.
+def decoder_passes(m: Micro, flash: bool) -> list[tuple[int, int]]:
+    """(tokens, key length under an attention mask (0: none)) of each decoder pass of a micro-batch.
 
     transformers drops the mask of a pass without padding (one row, one prompt, one packed
     sequence); the plan assumes padding wherever rows can differ. The shared pass's response rows
     always attend under a mask (their queries follow the cached prompt).
     """
     if m.layout == "packed":
-        return [(m.L, 0 if m.b == 1 or flash else m.L, "the packed row")]
+        return [(m.L, 0 if m.b == 1 or flash else m.L)]  # the packed row
     if m.layout == "padded":
-        return [(m.b * (m.P + m.T), m.P + m.T if m.b > 1 else 0, "the padded rows")]
-    return [(m.u * m.P, m.P if m.u > 1 else 0, "the prompts"),
-            (m.b * (m.T - 1), m.P + m.T - 1, "the responses after the prompts' cache")]  # the last token predicts nothing
+        return [(m.b * (m.P + m.T), m.P + m.T if m.b > 1 else 0)]  # the padded rows
+    return [(m.u * m.P, m.P if m.u > 1 else 0),  # the prompts, then the responses after the prompts' cache
+            (m.b * (m.T - 1), m.P + m.T - 1)]  # (the last token predicts nothing)
 
 
-def layer_token_bytes(s: Shape, b: int, t: int) -> tuple[float, str]:
+def layer_token_bytes(s: Shape, b: int, t: int) -> float:
     """Bytes one decoder layer saves for backward per token (the counted formula of this file's
     docstring), compute dtype of b bytes; t: the key length under an attention mask, 0 without one."""
-    base, text = 8 * s.hidden + b * (6.5 * s.hidden + 4 * s.inter) + 4 * s.heads + 8, \
-        f"8 x {s.hidden} + {b} x (6.5 x {s.hidden} + 4 x {s.inter}) + 4 x {s.heads} + 8"
-    if t:
-        return base + b * (1.5 * s.hidden + t), f"{text} + {b} x (1.5 x {s.hidden} + {t})"
-    return base, text
+    base = 8 * s.hidden + b * (6.5 * s.hidden + 4 * s.inter) + 4 * s.heads + 8
+    return base + b * (1.5 * s.hidden + t) if t else base
 
 
 def layer_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str]:
     """Bytes one decoder layer saves for backward over a whole micro-batch, and the arithmetic."""
     total, parts = 0.0, []
-    for tokens, t, _ in decoder_passes(m, flash):
-        per, _ = layer_token_bytes(s, b, t)
+    for tokens, t in decoder_passes(m, flash):
+        per = layer_token_bytes(s, b, t)
         total, parts = total + tokens * per, parts + [f"{tokens} x {per:.0f} B"]
     if m.layout == "shared":  # each row's copy of its prompt's keys and values, repeated to the query heads
         total += m.b * m.P * 2 * s.hidden * b
@@ -265,7 +262,7 @@ def outside_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str, 
     embedding output, the final norm's tensors and the rotary cos/sin (2 x head_dim; under checkpointing
     kept as the layers' arguments for the recompute); per response token the head's (its hidden
     states, logsumexp, token ids and the unpack map)."""
-    tokens = sum(t for t, _, _ in decoder_passes(m, flash))
+    tokens = sum(t for t, _ in decoder_passes(m, flash))
     return (tokens * (4 * s.hidden + s.hidden * b + 2 * s.head_dim * b + 12),
             f"{tokens} tokens x (4 x {s.hidden} + {b} x ({s.hidden} + 2 x {s.head_dim}) + 12) B",
             m.N * (b * s.hidden + 36), f"{m.N} x ({b} x {s.hidden} + 36) B")
@@ -316,7 +313,7 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     # train: forward + backward of the largest micro-batch, at the two moments of its backward that can peak
     m, V, D = micro_batch(su), s.vocab, s.hidden
     per_layer, per_layer_text = layer_saved(s, b, m, su.flash)
-    tokens = sum(t for t, _, _ in decoder_passes(m, su.flash))  # positions the decoder runs
+    tokens = sum(t for t, _ in decoder_passes(m, su.flash))  # positions the decoder runs
     held = root + [Term("micro-batch: ids, position ids, masks (forward.MicroBatch)",
                         f"{m.L} x {8 * (2 if m.layout == 'packed' else 3)} B + 2 x {m.b} x {m.T} x 4 B",
                         m.L * 8 * (2 if m.layout == "packed" else 3) + 2 * m.b * m.T * 4, where)]
@@ -326,7 +323,7 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     if ckpt:
         held.append(Term("checkpointed layer inputs", f"{tokens} tokens x {s.layers} layers x {D} x {b} B",
                          tokens * s.layers * D * b, where))
-        if any(t for _, t, _ in decoder_passes(m, su.flash)):  # the layers' mask argument, kept for the recompute
+        if any(t for _, t in decoder_passes(m, su.flash)):  # the layers' mask argument, kept for the recompute
             held.append(Term("attention mask (bool) kept for the recompute", f"{m.b} x ({m.P} + {m.T})^2 B"
                              if m.layout == "padded" else f"{m.L}^2 B", m.b * (m.P + m.T) ** 2 if m.layout == "padded"
                              else m.L**2, where))
@@ -371,8 +368,8 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
         # then holds all of them, with the gradient of every layer's cached keys/values. Seen on 2 gloo
         # ranks: no layer has a gradient, sharded or not, until the prompts' backward reaches it, and
         # the peak this term predicts is the measured one (bench/bench_memory_plan.py).
-        prompts, t, _ = decoder_passes(m, su.flash)[0]
-        per_token = layer_token_bytes(s, b, t)[0]
+        prompts, t = decoder_passes(m, su.flash)[0]
+        per_token = layer_token_bytes(s, b, t)
         out["train-prompts"] = state3 + [t for t in held if not t.what.startswith("decoder activations")] + [
             Term("the prompts' decoder activations", f"{s.layers} layers x {prompts} tokens x {per_token:.0f} B",
                  s.layers * prompts * per_token, where),
