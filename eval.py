@@ -7,7 +7,7 @@
     torchrun --nproc_per_node=8 eval.py --engine vllm --vllm_tp 8 --model DIR --data ... --out OUT   # one 8-GPU engine
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
     python eval.py frontier --models assets/tiny-base runs/default --k 1 2 4 8 16 32 --limit 256 --out DIR
-                                                  # more samples of the base or the trained policy? (frontier.py)
+                                                  # more samples of the base or the trained policy? (evaluation/frontier.py)
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.
 
@@ -59,23 +59,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import cli
-import compare
-import frontier
-import paraphrase
-import distributed
-import plumbing
 import rollout
 import verifier
-from cli import F
-from estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
-                        paired_bootstrap, pass_at_k, problem_scores)
-from distributed import Dist, rank_seed, shard, unshard
-from plumbing import repo_commit
 from rollout import SamplingParams
 from task import Dataset, Task
+from evaluation import compare, frontier, paraphrase
+from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
+                                   paired_bootstrap, pass_at_k, problem_scores)
+from plumbing import cli, distributed, policy
+from plumbing.cli import F
+from plumbing.distributed import Dist, rank_seed, shard, unshard
+from plumbing.policy import repo_commit
 
-DEFAULT_MODEL = plumbing.DEFAULT_MODEL
+DEFAULT_MODEL = policy.DEFAULT_MODEL
 # The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
 # responses, scored by the official rule), for the report's "differs from the paper" list.
 PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
@@ -116,8 +112,8 @@ class EvalConfig:
     n_boot: int = F(compare.N_BOOT, "bootstrap resamples of the problems for each interval")
     ci_level: float = F(compare.CI_LEVEL, "coverage of the bootstrap intervals")
     paraphrases: str = F("", "also score paraphrases of the problems, same settings, and report the gap with a paired interval: "
-                              "'tiny' (tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
-                              "(paraphrase.py); '' = off")
+                              "'tiny' (tasks/tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
+                              "(evaluation/paraphrase.py); '' = off")
     out: str = F("", "directory for report.json and report.md ('' = print only)")
 
 
@@ -295,7 +291,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     if greedy:
         metrics["greedy_gen_seconds"] = max(part[2] for part in parts)
     settings = {
-        "model": cfg.model or str(DEFAULT_MODEL.relative_to(plumbing.REPO)), "n_problems": len(records),
+        "model": cfg.model or str(DEFAULT_MODEL.relative_to(policy.REPO)), "n_problems": len(records),
         "n_samples": k, "k": k, "temperature": params.temperature, "top_p": params.top_p, "seed": seed,
         "max_new_tokens": params.max_new_tokens, "max_prompt_len": cfg.max_prompt_len, "instruction": cfg.instruction,
         "template_hash": task.template_hash(tokenizer, cfg), "verifier": cfg.verifier,
@@ -307,6 +303,42 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     }
     return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
+
+
+# --- measurements during a training run (train.py): held-out before and after, the probe set ------------------------------------------------
+
+
+def held_out(engine, tokenizer, data, cfg, task, dist: Dist, tag: str) -> dict:
+    """Held-out avg@k, pass@k, maj@k and lengths during training, as heldout/* metrics ({} without data).
+
+    cfg: train.Config (eval_k, eval_temperature, eval_top_p, max_response_len, seed,
+    heldout_seed_offset). The same settings and seed before and after training.
+    """
+    if not data:
+        return {}
+    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                            top_p=cfg.eval_top_p, seed=cfg.seed + cfg.heldout_seed_offset)
+    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
+    out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
+    out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
+    if dist.main:
+        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+    return out
+
+
+def probe(engine, tokenizer, data, cfg, task, dist: Dist, step: int, seed: int) -> tuple[dict, list[dict]]:
+    """The fixed probe set during training (held-out prompts that never enter training), sampled
+    with the held-out settings at request seed `seed`; returns probe/* metrics and one record per rollout."""
+    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                            top_p=cfg.eval_top_p, seed=seed)
+    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist, keep_samples=True)
+    records = [{"step": step, "policy_version": step, "prompt_id": p["id"], "sample_index": si, "response": s["response"],
+                "ground_truth": p["answer"], "correct": s["correct"], "pred": s["pred"], "verifier_reason": s["reason"],
+                "response_tokens": s["tokens"], "finish_reason": s["finish_reason"], "seed": seed,
+                "verifier_version": verifier.VERSION} for p in res["per_problem"] for si, s in enumerate(p["samples"])]
+    m = res["metrics"]
+    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/mean_length": m["mean_length"],
+            "probe/n_problems": len(data), "time/probe": m["gen_seconds"]}, records
 
 
 def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -> tuple[dict, dict]:
@@ -369,7 +401,7 @@ def resolve_model(spec: str) -> Path:
         path = path / "final"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
-                                f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(plumbing.REPO)}, built by `python tiny_base.py`)")
+                                f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(policy.REPO)}, built by `python -m tasks.tiny_base`)")
     return path
 
 
@@ -444,11 +476,11 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     (answers are sampled at --temperature and --top_p only); the ignored fields are named on stderr.
     """
     name = rollout.resolve_engine(name)
-    tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
+    tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
+    model = policy.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
                                 world=world) if name == "hf" else None  # under torchrun: FSDP2 shards, no whole copy
-    max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
-    engine = plumbing.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
+    max_len = policy.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
+    engine = policy.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
                                  top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world)
     return engine, tokenizer
@@ -507,7 +539,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     settings, source = checkpoint_settings(model_dir, ecfg)
     distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
     task = Task()
-    tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
+    tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
@@ -527,7 +559,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
 
 
 def frontier_main(argv: list[str]) -> dict | None:
-    """`eval.py frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [eval flags]` (frontier.py).
+    """`eval.py frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [eval flags]` (evaluation/frontier.py).
 
     Each --models entry (an HF model directory, a run directory, or the report.json of an earlier
     measurement with at least max(--k) samples per problem) is sampled once at k = max(--k) with
@@ -560,7 +592,7 @@ def frontier_main(argv: list[str]) -> dict | None:
             sources.append((None, resolve_model(spec)))
         except FileNotFoundError:
             raise FileNotFoundError(f"--models entry {i} {spec!r}: no config.json there; pass an HF model directory, a run "
-                                    f"directory holding final/ (the shipped base policy: {DEFAULT_MODEL.relative_to(plumbing.REPO)}), or a report.json "
+                                    f"directory holding final/ (the shipped base policy: {DEFAULT_MODEL.relative_to(policy.REPO)}), or a report.json "
                                     "of eval.py") from None
     torch.set_num_threads(ecfg.threads)
     dist, device = distributed.init_distributed(ecfg.device)
@@ -585,7 +617,7 @@ def frontier_main(argv: list[str]) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (frontier.py)."""
+    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (evaluation/frontier.py)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])

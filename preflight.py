@@ -14,7 +14,7 @@ other verifier modes, and writes to --out:
 
   sheet.md        counts, then the answers a human should read first: where the verifier modes
                   disagree (dapo vs math vs the official rule), unusual verdict reasons or answer
-                  routes (audit.py), the longest answers, then one plain answer per prompt
+                  routes (evaluation/audit.py), the longest answers, then one plain answer per prompt
   preflight.json  the counts, settings, data hash and prompt-set hash (the ids of the prompts)
   answers.jsonl   every answer with its verdict in each mode
 
@@ -37,14 +37,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import audit
 import dapo
-import cli
-import distributed
-import plumbing
 import rollout
 import train  # Config, its presets and defaults: the pre-flight checks the settings a run will use
 import verifier
+from plumbing import cli, distributed, policy
+from evaluation import audit
 from rollout import SamplingParams
 from task import Task, dedupe_by_id
 
@@ -222,7 +220,7 @@ def render_sheet(res: dict, answers: list[dict], prompts: dict[str, str]) -> str
     out += ["", "no_answer_line: no 'Answer:' marker (a \\boxed{} may still be scored); several_candidates: two or more "
             "markers, or the verifier's multiple_answers; truncated: hit the response budget."]
     routes = ", ".join(f"{r} {k}" for r, k in c["routes"].items()) or "all plain"
-    out += ["", f"Answer routes of the extracted answers (audit.py): {routes}"]
+    out += ["", f"Answer routes of the extracted answers (evaluation/audit.py): {routes}"]
     out += ["", "## Verifier modes", "", f"| mode | correct frac | disagrees with {s['verifier']} | cannot judge |", "|---|---:|---:|---:|"]
     out += [f"| {m} | {_frac(v['correct_frac'])} | {v['disagree']} | {v['not_comparable']} |" for m, v in c["modes"].items()]
     g = c["groups"]
@@ -259,12 +257,12 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
     """Sample, score, count and write sheet.md, preflight.json and answers.jsonl to `out`; returns preflight.json's dict.
 
     Raises:
-        FileNotFoundError / ValueError: as task.Task.read and plumbing.load_tokenizer (bad data, model),
+        FileNotFoundError / ValueError: as task.Task.read and policy.load_tokenizer (bad data, model),
             or a prompt longer than --max_prompt_len under --prompt_truncation error.
     """
     distributed.seed_everything(cfg.seed, cfg.threads)
     task = Task()
-    tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     rows, name, data_hash = task.read(cfg.data, cfg, held_out=False)
     chosen, prompts, too_long = [], [], 0
     for p in select_prompts(rows, n):
@@ -279,10 +277,10 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
         prompts.append(ids)
     _, device = distributed.init_distributed(cfg.device)
     engine_name = rollout.resolve_engine(cfg.engine)
-    model_dir = cfg.model or str(plumbing.DEFAULT_MODEL)
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code) if engine_name == "hf" else None
-    engine = plumbing.build_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
-                                 max_model_len=plumbing.engine_max_len(cfg.model, max(map(len, prompts)) + cfg.max_response_len),
+    model_dir = cfg.model or str(policy.DEFAULT_MODEL)
+    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code) if engine_name == "hf" else None
+    engine = policy.build_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
+                                 max_model_len=policy.engine_max_len(cfg.model, max(map(len, prompts)) + cfg.max_response_len),
                                  sampler_logprobs=False, max_batch=cfg.engine_max_batch)
     params = SamplingParams(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p,
                             seed=cfg.seed)
@@ -296,7 +294,7 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
                 "max_response_len": cfg.max_response_len, "overlong_buffer": cfg.overlong_buffer if cfg.overlong_penalty else 0,
                 "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed, "verifier": cfg.verifier,
                 "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "gen_seconds": round(gen_s, 2),
-                "commit": plumbing.repo_commit()}
+                "commit": policy.repo_commit()}
     res = {"settings": settings, "prompt_ids": [p.id for p in chosen], "counts": summarize(answers, cfg),
            "sheet": to_check(answers, show)}
     out = Path(out)

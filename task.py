@@ -19,7 +19,7 @@ part of the task: it is DAPO's reward shaping (dapo.overlong_penalty) and train.
 own from the checkpoint): instruction, max_prompt_len, prompt_truncation, verifier, skip_bad_rows,
 seed, tiny_train_size, tiny_heldout_size, tiny_heldout_seed.
 
-The data formats read by the default task: "tiny" (tiny.py, the built-in toy task); a .parquet in
+The data formats read by the default task: "tiny" (tasks/tiny.py, the built-in toy task); a .parquet in
 the official DAPO layout (`prompt` a list of chat messages, `reward_model.ground_truth`,
 `extra_info.index`), as in DAPO-Math-17k and the official AIME 2024 file; a .jsonl with
 `problem`/`answer` (a bare problem, wrapped in the official instruction) or `prompt`/`answer` (a
@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-import tiny
 import verifier
+from tasks import tiny
 
 # The official DAPO instruction around a bare problem: the user prompt of every row of DAPO-Math-17k
 # and of the official AIME 2024 evaluation file (tests/fixtures/aime2024_dapo_eval.parquet holds it verbatim).
@@ -122,7 +122,7 @@ class Task:
     def read(self, spec: str, cfg, *, held_out: bool, limit: int = 0) -> tuple[list[Problem], str, str]:
         """The problems of a dataset: (problems, name, content hash), every row validated up front.
 
-        spec: "tiny" (tiny.py), a .parquet in the official DAPO layout, or a .jsonl (module docstring).
+        spec: "tiny" (tasks/tiny.py), a .parquet in the official DAPO layout, or a .jsonl (module docstring).
         held_out: the evaluation side ("tiny": the fixed held-out split, at least `limit` problems).
 
         Raises:
@@ -133,7 +133,7 @@ class Task:
         if spec == "tiny":
             n = max(limit, cfg.tiny_heldout_size) if held_out else cfg.tiny_train_size
             rows = tiny.make_split(n, held_out=held_out, seed=cfg.tiny_heldout_seed if held_out else cfg.seed)
-            # The tiny task's problems carry their own format (tiny.py): no instruction is added.
+            # The tiny task's problems carry their own format (tasks/tiny.py): no instruction is added.
             probs = [Problem(r["id"], [{"role": "user", "content": r["problem"]}], r["answer"], bare=False) for r in rows]
             return probs, f"tiny:{tiny.TASK_VERSION}:{'test' if held_out else 'train'}", hashlib.sha256(
                 json.dumps([[p.id, p.messages, p.answer] for p in probs]).encode()).hexdigest()[:16]

@@ -18,9 +18,9 @@ then `train`, whose loop names each stage:
   6. one clipped, token-level optimizer step per mini-batch                     update_policy
   7. hand the new weights to the generation engine                              rollout.sync_engine
 
-The math of each stage is one function of dapo.py; the forward passes are in forward.py; building
-the policy and its engine, processes, checkpoints and log files are in plumbing.py, distributed.py,
-loading.py and runlog.py, which a first reading can skip. How this code departs from the
+The math of each stage is one function of dapo.py. The machinery a first reading can skip lives in
+plumbing/: the forward passes (plumbing/forward.py), building the policy and its engine
+(plumbing/policy.py), processes (plumbing/distributed.py), checkpoints and log files (plumbing/runlog.py). How this code departs from the
 paper and the official code: docs/algorithm.md "Departures from the paper and the official code".
 """
 
@@ -37,19 +37,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+# the algorithm, the task and the measurements: the reading set
 import dapo
-import forward
-import generator
-import cli
-import distributed
-import plumbing
+import eval as ev  # measuring a model (`ev`, not `eval`: the name would shadow the builtin)
 import rollout
-import runlog
 import verifier
-from cli import F
-from distributed import Dist, all_reduce_sum
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task
+
+# the machinery a first reading skips (plumbing/: processes, forward passes, run files)
+from plumbing import cli, distributed, forward, generator, policy, runlog
+from plumbing.cli import F
+from plumbing.distributed import Dist, all_reduce_sum
 
 PROBE_ROUND = -1  # the probe set is sampled with the request seed of "round -1" of its step (no generation round has it)
 
@@ -87,7 +86,7 @@ class Config:
     prompt_truncation: str = F("error", "a prompt over max_prompt_len: 'error' (before training starts), 'left' "
                                "(cut from the left, as the official scripts), 'skip' (drop the row, counted)")
     skip_bad_rows: bool = F(False, "drop malformed dataset rows (counted in the log) instead of stopping")
-    tiny_train_size: int = F(20000, "--data tiny: training problems generated (tiny.py)")
+    tiny_train_size: int = F(20000, "--data tiny: training problems generated (tasks/tiny.py)")
     tiny_heldout_size: int = F(256, "--eval_data tiny: held-out problems generated (at least --eval_limit)")
     tiny_heldout_seed: int = F(0, "--eval_data tiny: seed of the held-out problems, fixed so every run evaluates the same")
     # sampling
@@ -324,7 +323,7 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
 
     Each round's prompts are cut into `gen_shards` shards; shard c is sampled with seed
     (seed, step, round, c) by engine c % n_engines (an engine: one rank, or the `engine.tp` ranks of
-    one tensor-parallel vLLM engine, which all submit it; distributed.py calls these ranks an engine
+    one tensor-parallel vLLM engine, which all submit it; plumbing/distributed.py calls these ranks an engine
     group, not to be confused with a group of G responses), so the same run on 1 or N processes
     draws the same rollouts (for equal gen_shards). Every rank receives every group, each once
     (distributed.gather_engine_shards), so all ranks make the same keep/stop decision and no
@@ -540,20 +539,20 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
     dist, device = distributed.init_distributed(cfg.device)
     distributed.seed_everything(cfg.seed, cfg.threads)
-    tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
+    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
     forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention
-    optimizer, scheduler = plumbing.make_optimizer(model, cfg)
-    engine = plumbing.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (
+    optimizer, scheduler = policy.make_optimizer(model, cfg)
+    engine = policy.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (
         held_out.prompt_ids if held_out else []))), announce=dist.main,
         probe=(data.prompt_ids[0], tokenizer.encode(data.problems[0].answer, add_special_tokens=False)))
     rollout.sync_engine(engine, model, 0, dist.world)  # start from the trainer's weights, whatever the directory holds
     run, resumed = runlog.start(cfg, Config(), RESUME_FREE_FIELDS, model, optimizer, scheduler, engine, tokenizer, data,
                                 held_out, task.template_hash(tokenizer, cfg), dist, device)
     if "heldout_before" not in run.state:  # a resumed run keeps its first evaluation
-        run.state["heldout_before"] = runlog.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
+        run.state["heldout_before"] = ev.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
     source = generator.make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed, collect_groups, Group)
@@ -561,7 +560,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
-                probe, probe_records = runlog.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
+                probe, probe_records = ev.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
                                                         step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
@@ -572,7 +571,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             batch = build_batch(rollouts.kept, cfg) if rollouts.kept else None
             # --- DAPO 5-6: old log-probs, then one clipped, token-level optimizer step per mini-batch
             stats |= update_policy(model, optimizer, batch, cfg, dist, device, tokenizer.pad_token_id)
-            plumbing.step_schedule(scheduler)  # warm-up counts rollout steps
+            policy.step_schedule(scheduler)  # warm-up counts rollout steps
             # --- DAPO 7: hand the new weights on: rollouts of step + 1 (or, with a lag, later) come from them
             engine.wake()
             stats |= source.publish(model, step + 1)  # rollout.sync_engine (vLLM: streamed, then checked)
@@ -582,7 +581,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                 run.save_checkpoint(step + 1, model, optimizer, scheduler, source.state())
             if run.interrupted:
                 return run.stop(step)
-    after = runlog.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
+    after = ev.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
     return run.finish(model, tokenizer, run.state["heldout_before"], after)
 
 

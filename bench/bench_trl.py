@@ -134,14 +134,14 @@ def worker_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    import plumbing
+    from plumbing import policy
     import train
     import verifier
     from task import Task
 
     torch.manual_seed(args.seed)
     cfg = train.Config(seed=args.seed)
-    model, tok = plumbing.load_policy("", torch.device("cpu"))
+    model, tok = policy.load_policy("", torch.device("cpu"))
     data = Task().load("tiny", tok, cfg, held_out=False)
     rows = [{"prompt": tok.decode(ids), "answer": p.answer, "ids": ids} for p, ids in zip(data.problems, data.prompt_ids)]
     for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
@@ -250,8 +250,8 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     sys.path.insert(0, str(REPO))
     import torch
 
-    import eval as evaluation
-    import plumbing
+    import eval as ev
+    from plumbing import policy
     import train
     from rollout import HFEngine, SamplingParams
     from task import Task
@@ -261,11 +261,11 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     task = Task()
     out = {}
     for name, d in dirs.items():
-        model, tok = plumbing.load_policy(d, torch.device("cpu"))
+        model, tok = policy.load_policy(d, torch.device("cpu"))
         data = task.load("tiny", tok, cfg, held_out=True, limit=cfg.eval_limit)
         params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
                                 top_p=cfg.eval_top_p, seed=seed)
-        res = evaluation.evaluate(HFEngine(model, tok), tok, data, params, cfg, task)
+        res = ev.evaluate(HFEngine(model, tok), tok, data, params, cfg, task)
         k = f"avg@{cfg.eval_k}"
         ci = res["ci"].get(k)
         out[name] = {"acc": res["metrics"][k], "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a", "n": len(data),

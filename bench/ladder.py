@@ -84,8 +84,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import plumbing  # noqa: E402
 import train  # noqa: E402
+from plumbing import policy  # noqa: E402
 
 # AIME 2024 avg@32, Qwen2.5-32B base (paper Table 1), in the order of train.LADDER.
 PAPER_AIME24 = {"ladder-1-grpo": 30, "ladder-2-overlong-filter": 36, "ladder-3-clip-higher": 38,
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args, extra = parse(argv)
     rows = select_rows(args.rows)
     args.code_dir, args.code_hash = snapshot_code(Path(args.out))
-    args.git_commit = plumbing.repo_commit()
+    args.git_commit = policy.repo_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
         diff = set(preset_diff(row))
         if is_successor(row):  # its surrogate and (GSPO) the aggregation that surrogate requires

@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import distributed
-import runlog
 import train
+from plumbing import distributed, runlog
 
 REPO = Path(__file__).resolve().parents[1]
 EVAL_SECTION = "Evaluation reports"

@@ -9,7 +9,7 @@ Three kinds:
     AIME 2024 parquet and on the tiny task, plus `eval.py compare` on their reports.
 
 The end-to-end tests use the shipped model (assets/tiny-base). EVAL_TEST_MODEL=DIR points them at
-another HF directory (for example one built with `python tiny_base.py --steps 20 --out DIR`).
+another HF directory (for example one built with `python -m tasks.tiny_base --steps 20 --out DIR`).
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_eval.py
 """
@@ -31,12 +31,11 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
-import cli
-import distributed
-import plumbing  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
+from plumbing import cli, distributed
 from task import Dataset, Problem, Task  # noqa: E402
+from plumbing import policy  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # small public datasets (fixtures/README.md)
@@ -324,7 +323,7 @@ def test_ranks_split_and_gather_like_one_process(world, tp, monkeypatch):
 
 def _load(spec, limit: int = 0):
     """(problems, info) of an evaluation set as eval.py reads it (distinct problems, prompts checked)."""
-    data = Task().load(spec, plumbing.load_tokenizer(""), train.Config(), held_out=True, limit=limit)
+    data = Task().load(spec, policy.load_tokenizer(""), train.Config(), held_out=True, limit=limit)
     return data.problems, {"dataset": data.name, "dataset_hash": data.hash, **data.info}
 
 
@@ -451,7 +450,7 @@ def test_paper_deviations_lists_each_difference():
 def _model_args() -> list[str]:
     path = Path(TEST_MODEL) if TEST_MODEL else ev.DEFAULT_MODEL
     if not (path / "config.json").exists():
-        pytest.fail(f"no model at {path}: build it with `python tiny_base.py` (or set EVAL_TEST_MODEL=DIR)")
+        pytest.fail(f"no model at {path}: build it with `python -m tasks.tiny_base` (or set EVAL_TEST_MODEL=DIR)")
     # An explicit budget works for any model directory (one without dapo_run.json needs it).
     # The transformers engine explicitly: these tests check eval's logic and the HF path; with vLLM
     # installed "auto" would pick it (tests/test_vllm.py covers that engine).

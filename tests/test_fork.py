@@ -19,10 +19,9 @@ import random
 import torch
 
 import dapo
-import distributed
-import plumbing
 import train
 import verifier
+from plumbing import distributed, policy
 from task import Problem, Task
 
 # --- Add a task ---------------------------------------------------------------------------------------
@@ -89,7 +88,7 @@ def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     monkeypatch.setattr(dapo, "aggregate_loss", aggregate_loss)
     train.parse_config(["--loss_agg", "token-sum"])  # the config accepts the new mode
 
-    model0, tok = plumbing.load_policy("", torch.device("cpu"))
+    model0, tok = policy.load_policy("", torch.device("cpu"))
     model0 = model0.double()  # an exact ratio, in float64
     g = torch.Generator().manual_seed(0)
     prompts = [[int(x) for x in torch.randint(4, 30, (8,), generator=g)] for _ in range(2) for _ in range(4)]

@@ -20,12 +20,12 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cli
 import preflight  # noqa: E402
-import tiny  # noqa: E402
 import train  # noqa: E402
+from plumbing import cli
 from rollout import Sample  # noqa: E402
 from task import Problem, Task  # noqa: E402
+from tasks import tiny  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
 TOKENIZER = tiny.build_tokenizer()

@@ -12,8 +12,8 @@ tokens per second on such a machine, so the default is a task and a model made f
     problem is never generated for training.
   * Tokenizer: one token per character plus a few special tokens, saved as an ordinary
     Hugging Face tokenizer with a chat template.
-  * Model (tiny_base.py): a Qwen2-architecture decoder (1.23M parameters) warmed up by a short supervised run
-    (`python tiny_base.py`) until it follows the format but is often wrong. The result is shipped
+  * Model (tasks/tiny_base.py): a Qwen2-architecture decoder (1.23M parameters) warmed up by a short supervised run
+    (`python -m tasks.tiny_base`) until it follows the format but is often wrong. The result is shipped
     in assets/tiny-base/ so that every run starts from the same weights; rebuilding it is one
     command and takes about a minute.
   * Paraphrases: `paraphrases` rewords a problem five ways with the same answer (other phrasings,
@@ -35,7 +35,7 @@ from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
 
 
-ASSET_DIR = Path(__file__).resolve().parent / "assets" / "tiny-base"
+ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-base"  # this file lives in tasks/
 TASK_VERSION = "column-add-v1"  # bump whenever problem generation or the split changes
 MIN_DIGITS, MAX_DIGITS = 1, 3  # digits per addend
 SPECIAL = ["<|pad|>", "<|endoftext|>", "<|user|>", "<|assistant|>"]
@@ -180,17 +180,6 @@ def build_tokenizer():
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
-
-def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
-    """Save a plain tokenizers-library tokenizer and mark its class as PreTrainedTokenizerFast.
-
-    transformers 5 records "TokenizersBackend", and AutoTokenizer on a qwen2 folder would then
-    rebuild it as Qwen's own and mangle text (see build_tokenizer); train.load_tokenizer reads this mark
-    and loads it as saved.
-    """
-    tokenizer.save_pretrained(out_dir)
-    tc = Path(out_dir) / "tokenizer_config.json"
-    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
 
 
 def main() -> None:

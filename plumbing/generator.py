@@ -28,7 +28,7 @@ Nothing finished is ever thrown away for being too old, so no selection towards 
 problems creeps in. At most ETA + 1 batches are ever queued or in the making. Each group records
 the version that generated it (train.Group.policy_version) and the worker (gen_group).
 
-Weights (transport.py): after each step every learner rank streams its FSDP2 shards one full
+Weights (plumbing/transport.py): after each step every learner rank streams its FSDP2 shards one full
 tensor at a time (rollout.stream_weights) and rank 0 sends them, tagged with their version and
 the learner's log-probs of a fixed probe sequence, by broadcast on a process group of their own
 (--generator_weights broadcast: gloo on CPU, NCCL on GPU) or through shared memory. It sends only
@@ -105,13 +105,10 @@ import torch
 import torch.distributed as tdist
 import torch.multiprocessing as mp
 
-import cli
-import distributed
-import plumbing
 import rollout
-import transport
+from plumbing import cli, distributed, policy, transport
 from task import PromptStream
-from transport import GO, LOAD, PENDING, POLL_S, PRODUCED, QUIT, STOP, WAIT_S, Control, PeerGone
+from plumbing.transport import GO, LOAD, PENDING, POLL_S, PRODUCED, QUIT, STOP, WAIT_S, Control, PeerGone
 
 JOIN_TIMEOUT_S = 30.0  # how long the learner waits for the workers to stop before killing them
 POOL_TIMEOUT_S = 1800.0  # the workers' own group: a gather waits for the slowest worker's shard (a backstop, above)
@@ -371,7 +368,7 @@ class AsyncGenerator:
         return {**out, "time/weight_sync": time.perf_counter() - t0}
 
     def _send_weights(self, model, version: int) -> dict:
-        """The rendezvous (transport.py): PENDING = version, every worker READY for it, the transfer
+        """The rendezvous (plumbing/transport.py): PENDING = version, every worker READY for it, the transfer
         (every rank streams its shards), every worker LOADED with it. Nothing is sent when no batch
         is left to generate."""
         if version >= self.cfg.steps or self.failed:
@@ -519,9 +516,9 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
 def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, sender: _Sender, learner_gone) -> None:
     cfg, data, workers = s["cfg"], s["data"], control.workers
     distributed.seed_everything(cfg.seed, 1)  # one thread per process
-    tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     device = worker_device(cfg, c, s["learners_here"])
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
+    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
     own = model.state_dict()
     transport.check_layout(s["weights"]["layout"], own, cfg.model or "tiny")
     store = None
@@ -533,7 +530,7 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
             tdist.init_process_group("gloo", store=tdist.PrefixStore("pool", store), rank=c, world_size=workers,
                                      timeout=datetime.timedelta(seconds=POOL_TIMEOUT_S))
     probe_len = s["weights"]["probe_len"]  # the learner's probe; with vLLM, sync_engine checks the engine against the model
-    engine = plumbing.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False,
+    engine = policy.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False,
                                   probe=(s["probe_ids"][:-probe_len], s["probe_ids"][-probe_len:]))
     weights = transport.worker_end(s["weights"], weight_handles, control, store, c, device, cfg.generator_timeout_s)
     # the same weights and code: equal up to float order in fp32; the learner's bf16 compute (GPU) differs more
