@@ -27,12 +27,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 import transformers
-from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+from transformers import GenerationConfig
 
 import verifier
+from plumbing import decoding
+from plumbing.decoding import sample_token, sequence_uniforms  # noqa: F401  (the sampler: rollout.sample_token, ...)
 from plumbing.forward import inference
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
@@ -189,45 +190,48 @@ def generation_config_notice(generation_config, source: str) -> str | None:
 
 
 class HFEngine(Engine):
-    """transformers `generate` on the policy being trained (no second copy of the weights).
+    """transformers models on the policy being trained (no second copy of the weights).
 
     Sampling is the plain distribution at `temperature` with nucleus `top_p`, and nothing else:
-    every `generate` call gets an explicit GenerationConfig (do_sample, temperature, top_p,
-    top_k=0, max_new_tokens, stop and pad ids) while the model's own `generation_config` is
-    swapped for a blank one. transformers fills every field the caller left unset from
-    `model.generation_config` (GenerationMixin._prepare_generation_config, 5.19 and 5.24), so
-    without the swap a checkpoint's repetition_penalty, no_repeat_ngram_size, min_new_tokens,
-    bad_words_ids, suppress_tokens, typical_p, min_p, num_beams, ... would reach the logits
-    processors and the sampler would draw from another distribution than the one the trainer
-    scores (tests/test_faults.py checks each field kind). top_k is 0 because transformers
-    otherwise applies top_k=50.
+    plumbing/decoding.py's loop calls the model's forward itself, so nothing of the checkpoint's
+    generation_config.json (repetition_penalty, no_repeat_ngram_size, min_new_tokens, top_k,
+    bad_words_ids, ...) can reach the sampler, which would otherwise draw from another distribution
+    than the one the trainer scores (tests/test_faults.py checks each field kind; transformers'
+    `generate` fills every field the caller leaves unset from the checkpoint's, and applies top_k=50).
+    A checkpoint's generation EOS ids do end a response (_stop_ids).
 
     Seeding: each sequence draws from a random stream of its own, seeded by the request seed and
     the sequence's index in the request (`sequence_uniforms`), and the token is drawn from
-    softmax(scores) after transformers' temperature and top-p warpers by `sample_token`, inside
-    `generate` (its last logits processor; `generate` itself then runs in greedy mode and draws
-    nothing). So the samples do not depend on how sequences are batched (max_batch, the rows
-    beside them, padding) nor on torch's global generator, which generation leaves alone; the same
-    seed, prompts, parameters and weights give the same tokens on the same hardware.
+    softmax(scores) after the temperature, the `processor` if any, and the top-p nucleus by
+    `sample_token`. So the samples do not depend on how sequences are batched (max_batch, the
+    rows beside them, padding, rows that have ended) nor on torch's global generator, which
+    generation leaves alone; the same seed, prompts, parameters and weights give the same tokens
+    on the same hardware. Each distinct prompt is prefilled once, and a row leaves the batch when
+    it ends (plumbing/decoding.py says what that saves).
 
-    Sample.logprobs come from the raw logits (`output_logits`) as log_softmax(logits / T), not
-    from the processed scores: after top-p those are renormalised over the nucleus, which is not
-    the distribution the trainer scores (log pi_trainer - log pi_sampler would be log(nucleus
-    mass) on every token). None for greedy requests (temperature 0).
+    Sample.logprobs are of the raw logits as log_softmax(logits / T), not of the processed scores:
+    after top-p those are renormalised over the nucleus, which is not the distribution the trainer
+    scores (log pi_trainer - log pi_sampler would be log(nucleus mass) on every token). None for
+    greedy requests (temperature 0).
+
+    processor: a hook, `processor(generated (N, t) long, scores (N, V)) -> scores`, applied at each
+    decoding step after the temperature and before top-p (and to the logits of greedy requests); a
+    token it sets to -inf is never drawn. None during training, where it would make the rollouts
+    off-policy; evaluation/fixes.py uses it to constrain the format of an answer.
     """
 
     name = "hf-generate"
     seeded = True
     shares_module = True
 
-    def __init__(self, model, tokenizer, *, max_batch: int = 256, return_logprobs: bool = True, synced_gpus: bool = False):
-        """return_logprobs: keep the sampler's log-prob of each token (HF then holds the (N, V)
-        raw logits of every step until the batch ends: turn off for long answers and large
-        vocabularies)."""
+    def __init__(self, model, tokenizer, *, max_batch: int = 256, return_logprobs: bool = True, synced_gpus: bool = False,
+                 processor=None):
+        """return_logprobs: keep the sampler's log-prob of each token (one float per token)."""
         super().__init__()
         self.version = transformers.__version__
         self.model, self.tokenizer = model, tokenizer
         self.max_batch, self.return_logprobs, self.synced_gpus = max_batch, return_logprobs, synced_gpus
+        self.processor = processor
         self.stop_ids = _stop_ids(model, tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.stop_ids[0]
 
@@ -244,101 +248,14 @@ class HFEngine(Engine):
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         flat = [p for p in prompts for _ in range(params.n)]  # prompt-major: group members contiguous
         out: list[Sample] = []
-        device = next(self.model.parameters()).device
         with inference(self.model):
-            for s in range(0, len(flat), self.max_batch):
-                out.extend(self._generate_batch(flat[s : s + self.max_batch], s, params, device))
+            for s in range(0, len(flat), self.max_batch):  # sequences s .. s + max_batch - 1 of the request
+                rows = decoding.decode(self.model, flat[s : s + self.max_batch], first=s, max_new_tokens=params.max_new_tokens,
+                                       temperature=params.temperature, top_p=params.top_p, seed=params.seed,
+                                       stop_ids=self.stop_ids, pad_id=self.pad_id, processor=self.processor,
+                                       with_logprobs=self.logprobs_available(params), synced=self.synced_gpus)
+                out.extend(Sample(r.token_ids, r.finish_reason, r.logprobs) for r in rows)
         return [out[i * params.n : (i + 1) * params.n] for i in range(len(prompts))]
-
-    def _generate_batch(self, prompts: list[list[int]], first: int, params: SamplingParams, device) -> list[Sample]:
-        """Sequences first .. first + len(prompts) - 1 of the request, in one `generate` call."""
-        P = max(map(len, prompts))
-        ids = torch.full((len(prompts), P), self.pad_id, dtype=torch.long)  # (N, P) left-padded
-        attn = torch.zeros((len(prompts), P), dtype=torch.long)  # (N, P)
-        for i, p in enumerate(prompts):
-            ids[i, P - len(p) :] = torch.tensor(p)
-            attn[i, P - len(p) :] = 1
-        with_logprobs = self.logprobs_available(params)
-        processors = LogitsProcessorList()  # greedy requests (temperature 0): none, generate takes the argmax
-        if params.temperature > 0:  # transformers' own warpers, as with do_sample=True; then our draw
-            processors.extend([TemperatureLogitsWarper(params.temperature)] if params.temperature != 1.0 else [])
-            processors.extend([TopPLogitsWarper(params.top_p)] if params.top_p < 1.0 else [])
-            u = sequence_uniforms(params.seed, first, len(prompts), params.max_new_tokens + 1)  # (N, steps)
-            processors.append(_SequenceSampler(u, P))
-        # do_sample=False: the token is the argmax of the processed scores, which is _SequenceSampler's draw
-        request = GenerationConfig(max_new_tokens=params.max_new_tokens, pad_token_id=self.pad_id,
-                                   eos_token_id=self.stop_ids, return_dict_in_generate=True,
-                                   output_logits=with_logprobs, do_sample=False)
-        checkpoint_config = self.model.generation_config
-        self.model.generation_config = GenerationConfig()  # blank: nothing of the checkpoint's is filled in
-        try:
-            gen = self.model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), generation_config=request,
-                                      logits_processor=processors, synced_gpus=self.synced_gpus)
-        finally:
-            self.model.generation_config = checkpoint_config  # saved with the weights, as it came
-        new = gen.sequences[:, P:].cpu()  # (N, <= max_new_tokens)
-        if with_logprobs:
-            # gen.logits are the raw logits of each step, before temperature and top-p: the log-prob
-            # under softmax(logits / T), the trainer's distribution (forward.token_logprobs). One step at a
-            # time, so no (N, t, V) tensor is built beside the logits themselves.
-            tok = gen.sequences[:, P:]  # (N, t) on the model's device
-            lp = torch.stack([torch.log_softmax(lg.float() / params.temperature, dim=-1).gather(1, tok[:, j : j + 1]).squeeze(1)
-                              for j, lg in enumerate(gen.logits)], 1).cpu()  # (N, t)
-        stop = torch.tensor(self.stop_ids)
-        samples = []
-        for i in range(new.shape[0]):
-            is_stop = torch.isin(new[i], stop).nonzero()
-            if len(is_stop):  # ends at the first stop token, which is kept
-                end, reason = int(is_stop[0]) + 1, "stop"
-            else:
-                end, reason = new.shape[1], "length"
-            samples.append(Sample(new[i, :end].tolist(), reason, lp[i, :end].tolist() if with_logprobs else None))
-        return samples
-
-
-def sequence_uniforms(seed: int, first: int, count: int, steps: int) -> torch.Tensor:
-    """(count, steps) float64 in [0, 1): the random streams of sequences first .. first + count - 1 of
-    a request with sampler seed `seed`, one row each. Row i comes from numpy's generator seeded with
-    the pair (seed, first + i) (a SeedSequence: independent streams for distinct pairs), so what a
-    sequence draws depends on the request seed and its index in the request only."""
-    return torch.from_numpy(np.stack([np.random.default_rng([seed, first + i]).random(steps) for i in range(count)]))
-
-
-def sample_token(scores: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """One draw per row from softmax(scores), by inversion of its cumulative distribution.
-
-    scores: (N, V) the processed logits of one decoding step (after temperature and top-p; -inf
-        outside the nucleus, which then has probability exactly 0).
-    u: (N,) float64 uniforms in [0, 1), one per row (sequence_uniforms).
-    Returns (N,) long: for each row the first token whose cumulative probability exceeds u times
-    the total, so token v is drawn with probability p_v exactly (in float64; tests/test_sampler.py).
-    """
-    probs = torch.softmax(scores.double(), dim=-1)  # (N, V) float64: the float32 cumsum drifts over a large vocabulary
-    cdf = probs.cumsum(-1)  # (N, V)
-    tok = torch.searchsorted(cdf, (u.to(cdf.device) * cdf[:, -1]).unsqueeze(1), right=True).squeeze(1)  # (N,)
-    # The first index whose cdf exceeds u * total always has mass (a token of probability 0 repeats its
-    # predecessor's cdf), unless u * total rounds up to the total (about once in 2**53 draws): then the
-    # search runs past the end (V) and the row takes its last token with mass. Checked, not computed,
-    # on every decoding step: finding that token reads all (N, V) probabilities.
-    over = tok >= probs.shape[1]  # (N,) bool
-    if bool(over.any()):
-        last = probs.shape[1] - 1 - (probs.flip(-1) > 0).to(torch.uint8).argmax(-1)  # (N,)
-        tok = torch.where(over, last, tok)
-    return tok
-
-
-class _SequenceSampler:
-    """The last logits processor of a sampling request in HFEngine: draws each row's token with
-    sample_token from that row's stream (row i of `uniforms`, column = tokens generated so far) and
-    returns scores whose argmax is that token (0 there, -inf elsewhere)."""
-
-    def __init__(self, uniforms: torch.Tensor, prompt_len: int):
-        self.uniforms, self.prompt_len = uniforms, prompt_len  # (N, max_new_tokens + 1); the padded prompt length
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        t = input_ids.shape[1] - self.prompt_len  # (N, prompt_len + t) so far
-        tok = sample_token(scores, self.uniforms[:, t])  # (N,)
-        return torch.full_like(scores, float("-inf")).scatter_(1, tok.unsqueeze(1), 0.0)  # (N, V)
 
 
 # --- plumbing: the rollout record -----------------------------------------------------------------------

@@ -14,8 +14,8 @@ are exact (the model is built on the meta device); everything else is arithmetic
 per rank, in each phase of a step, and the peak is the largest phase:
 
   load          each rank's fp32 shard, read from its slices of the files (plumbing.load_model)
-  generate      the sampler: transformers generate on the FSDP2 model (KV cache, and with
-                --sampler_logprobs every step's logits), or vLLM's --vllm_gpu_memory_utilization share
+  generate      the sampler: plumbing/decoding.py on the FSDP2 model (KV cache, one step's logits and
+                the sampler's copies of them), or vLLM's --vllm_gpu_memory_utilization share
   train-head    the largest micro-batch's activations, at the head's backward (its fp32 dW
                 accumulator and one chunk of logits)
   train-layers  the same, at the first decoder layer's backward, the last layer's (the hidden states'
@@ -305,9 +305,10 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
                         rows * seq * s.layers * 2 * s.kv * b, where))
         gen.append(Term("prefill: one layer's MLP and attention mask", f"{rows} x {su.prompt_len} x ({3 * s.inter} + "
                         f"{su.prompt_len}) x {b} B", rows * su.prompt_len * (3 * s.inter + su.prompt_len) * b, where))
-        if c.sampler_logprobs:
-            gen.append(Term("every step's logits (--sampler_logprobs)", f"{rows} x {c.max_response_len} x {s.vocab} x 4 B",
-                            rows * c.max_response_len * s.vocab * 4, where))
+        # plumbing/decoding.py keeps one step's logits: fp32 from the head and a copy, float64 probabilities
+        # and their cumulative sum in the draw and the top-p filter (the log-prob is one float per token)
+        gen.append(Term("one decoding step's logits and the sampler's copies", f"{rows} x {s.vocab} x 32 B",
+                        rows * s.vocab * 32, where))
     out["generate"] = gen
 
     # train: forward + backward of the largest micro-batch, at the two moments of its backward that can peak
