@@ -8,6 +8,8 @@
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
     python eval.py frontier --models assets/tiny-base runs/default --k 1 2 4 8 16 32 --limit 256 --out DIR
                                                   # more samples of the base or the trained policy? (evaluation/frontier.py)
+    python eval.py fixes --preset smollm2-arith --k 4 --limit 64 --out DIR [--trained RUN]
+                                                  # before RL: prompt, schema and retry fixes of the format (evaluation/fixes.py)
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.
 
@@ -62,23 +64,18 @@ import torch
 import rollout
 import verifier
 from rollout import SamplingParams
-from task import Dataset, Task
-from evaluation import compare, frontier, paraphrase
+from task import BUILTIN_DATA, FORMAT_ERRORS, Dataset, Task, for_data
+from evaluation import compare, fixes, frontier, paraphrase
+from evaluation.reports import (PAPER_DATASET_HASHES, PAPER_PROTOCOL, _fmt, length_table, paper_deviations,  # noqa: F401
+                                render_markdown, write_report)
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
-from plumbing import cli, distributed, policy
+from plumbing import cli, distributed, models, policy
 from plumbing.cli import F
 from plumbing.distributed import Dist, rank_seed, shard, unshard
 from plumbing.policy import repo_commit
 
 DEFAULT_MODEL = policy.DEFAULT_MODEL
-# The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
-# responses, scored by the official rule), for the report's "differs from the paper" list.
-PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
-                  "verifier": "dapo-official"}
-# AIME 2024 as the paper evaluated it: task.file_hash (sha256[:16]) of the official DAPO file
-# (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
-PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
 
 
 # --- plumbing: config ------------------------------------------------------------------------------
@@ -96,7 +93,9 @@ class EvalConfig:
     max_new_tokens: int = F(0, "response budget in tokens; 0 = the checkpoint's max_response_len (paper 20480)")
     max_prompt_len: int = F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt is cut from the left "
                                   "when the checkpoint trained with --prompt_truncation left, else it is an error")
-    instruction: str = F("", "'dapo' | 'none'; '' = the checkpoint's")
+    instruction: str = F("", "'dapo' | 'none' | a template holding {problem}; '' = the checkpoint's")
+    few_shot: str = F("", "worked examples before each problem: N (the task's own) or a .jsonl of {problem, response}; "
+                      "'' = the checkpoint's")
     verifier: str = F("", f"answer rule, one of {verifier.MODES}; '' = the checkpoint's (paper: dapo-official)")
     limit: int = F(0, "evaluate the first N distinct problems (0 = all)")
     seed: int = F(0, "seeds the sampler (per rank, see rank_seed) and the bootstrap")
@@ -150,8 +149,7 @@ def _eval_rules(c: EvalConfig):
            "keeps no token (use --temperature 0 for greedy decoding)")
     yield (c.max_new_tokens < 0, f"--max_new_tokens must be >= 0 (0 = the checkpoint's max_response_len), got {c.max_new_tokens}")
     yield (c.max_prompt_len < 0, f"--max_prompt_len must be >= 0 (0 = the checkpoint's), got {c.max_prompt_len}")
-    yield (c.instruction not in ("", "dapo", "none"), f"--instruction must be dapo or none ('' = the checkpoint's), got "
-           f"{c.instruction!r}")
+    yield from cli.instruction_rules(c.instruction, c.few_shot, allow_empty=True)
     yield (c.verifier not in ("", *verifier.MODES), f"--verifier must be one of {verifier.MODES} ('' = the checkpoint's), "
            f"got {c.verifier!r}")
     yield (c.engine not in rollout.ENGINES, f"--engine must be auto, hf or vllm, got {c.engine!r}")
@@ -281,6 +279,8 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         greedy_scored = None if g is None else (g, _score(p, g, tokenizer, cfg, task)[1])
         texts, scores = _score(p, group, tokenizer, cfg, task)
         records.append(_problem_record(p, group, scores, greedy_scored, same, texts if keep_samples else None))
+        records[-1].update(format_error=[s.reason in FORMAT_ERRORS for s in scores],  # no single well-formed answer
+                           exact_form=[task.exact_form(t, cfg) for t in texts])  # the last line exactly "Answer: N"
     parts = distributed.all_gather_objects((records, gen_s, greedy_s), dist)
     records = unshard([part[0] for part in parts[::tp]], n_groups)
 
@@ -294,6 +294,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "model": cfg.model or str(DEFAULT_MODEL.relative_to(policy.REPO)), "n_problems": len(records),
         "n_samples": k, "k": k, "temperature": params.temperature, "top_p": params.top_p, "seed": seed,
         "max_new_tokens": params.max_new_tokens, "max_prompt_len": cfg.max_prompt_len, "instruction": cfg.instruction,
+        "few_shot": getattr(cfg, "few_shot", ""),
         "template_hash": task.template_hash(tokenizer, cfg), "verifier": cfg.verifier,
         "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "engine_seeded": engine.seeded,
         "greedy": greedy, "world_size": dist.world, "engine_groups": n_groups, "n_boot": n_boot, "ci_level": ci_level,
@@ -337,7 +338,8 @@ def probe(engine, tokenizer, data, cfg, task, dist: Dist, step: int, seed: int) 
                 "response_tokens": s["tokens"], "finish_reason": s["finish_reason"], "seed": seed,
                 "verifier_version": verifier.VERSION} for p in res["per_problem"] for si, s in enumerate(p["samples"])]
     m = res["metrics"]
-    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/mean_length": m["mean_length"],
+    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/format_error": m["format_error"],
+            "probe/exact_form": m["exact_form"], "probe/mean_length": m["mean_length"],
             "probe/n_problems": len(data), "time/probe": m["gen_seconds"]}, records
 
 
@@ -364,39 +366,13 @@ def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -
     return metrics, {m: [float(lo[i]), float(hi[i])] for i, m in enumerate(names)}
 
 
-def length_table(records: list[dict], max_new_tokens: int) -> list[dict]:
-    """Accuracy by response length: four equal bins of the budget, then the truncated responses.
-
-    Returns rows {"bin", "samples", "share", "accuracy" (None for an empty bin)}.
-    """
-    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
-    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
-    trunc = np.array([t for r in records for t in r["truncated"]], dtype=bool)  # (P*k,)
-    edges = [round(max_new_tokens * q / 4) for q in range(5)]
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        last = hi == edges[-1]
-        sel = ~trunc & (lengths >= lo) & ((lengths <= hi) if last else (lengths < hi))  # (P*k,)
-        rows.append((f"[{lo}, {hi}{']' if last else ')'}", sel))
-    rows.append((f"truncated (hit {max_new_tokens})", trunc))
-    return [{"bin": name, "samples": int(sel.sum()), "share": float(sel.mean()),
-             "accuracy": float(correct[sel].mean()) if sel.any() else None} for name, sel in rows]
-
-
-def paper_deviations(settings: dict) -> list[str]:
-    """Each setting that differs from the paper's AIME 2024 avg@32 protocol, as 'name: ours (paper x)'."""
-    out = [f"{key}: {settings.get(key)!r} (paper {want!r})" for key, want in PAPER_PROTOCOL.items() if settings.get(key) != want]
-    if settings.get("dataset_hash") not in PAPER_DATASET_HASHES:
-        out.append(f"dataset: {settings.get('dataset')!r} (paper AIME 2024, one of {sorted(PAPER_DATASET_HASHES.values())})")
-    return out
-
-
 # --- plumbing: inputs ----------------------------------------------------------------------------------
 
 
 def resolve_model(spec: str) -> Path:
-    """The HF model directory: '' is the tiny base policy; a run directory means its final/."""
-    path = Path(spec) if spec else DEFAULT_MODEL
+    """The HF model directory: '' is the tiny base policy; a run directory means its final/; a name of
+    plumbing/models.py (smollm2-135m-instruct) its converted copy. Raises FileNotFoundError."""
+    path = Path(models.resolve(spec)) if spec else DEFAULT_MODEL
     if (path / "final" / "dapo_run.json").exists():
         path = path / "final"
     if not (path / "config.json").exists():
@@ -416,6 +392,7 @@ class ModelSettings:
     max_prompt_len: int = 2048
     prompt_truncation: str = "error"
     instruction: str = "dapo"
+    few_shot: str = ""
     verifier: str = "dapo"
     skip_bad_rows: bool = False
     seed: int = 0
@@ -445,7 +422,7 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
         raise ValueError(f"{model_dir} has no dapo_run.json, so its response budget is unknown: pass --max_new_tokens "
                          f"(paper 20480) and check --instruction / --verifier")
     overrides = {"max_response_len": ecfg.max_new_tokens, "max_prompt_len": ecfg.max_prompt_len,
-                 "instruction": ecfg.instruction, "verifier": ecfg.verifier}
+                 "instruction": ecfg.instruction, "few_shot": ecfg.few_shot, "verifier": ecfg.verifier}
     base.update({k: v for k, v in overrides.items() if v})
     # a JSON file must never switch on running model code: only the flag does
     base.update(model=str(model_dir), seed=ecfg.seed, trust_remote_code=ecfg.trust_remote_code)
@@ -461,7 +438,7 @@ def resolve_data(spec: str) -> str:
     Raises:
         FileNotFoundError: anything else, naming the fix.
     """
-    if spec == "tiny" or Path(spec).is_file():
+    if spec == "tiny" or spec in BUILTIN_DATA or Path(spec).is_file():
         return spec
     raise FileNotFoundError(f"--data {spec!r}: no such file; pass 'tiny' or the path of a .jsonl/.parquet file (the "
                             "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
@@ -486,48 +463,6 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     return engine, tokenizer
 
 
-# --- plumbing: reports ----------------------------------------------------------------------------------
-
-
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-def render_markdown(res: dict) -> str:
-    """report.md: settings, metrics with intervals, paper deviations, length table, per-problem table."""
-    s, m, ci = res["settings"], res["metrics"], res["ci"]
-    out = ["# Evaluation report", "", "## Settings", ""]
-    out += [f"- {key}: `{val}`" for key, val in s.items()]
-    dev = paper_deviations(s)
-    out += ["", "## Comparable with the paper's Table 1 (AIME 2024 avg@32)?", ""]
-    out += [f"- differs: {d}" for d in dev] if dev else ["- yes: every protocol setting matches"]
-    level = round(100 * s["ci_level"])
-    out += ["", "## Metrics", "", f"| metric | value | {level}% bootstrap CI over problems |", "|---|---:|---|"]
-    out += [f"| {k} | {_fmt(v)} | {'[' + _fmt(ci[k][0]) + ', ' + _fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
-    out += ["", "## Length and correctness", "", "| response length (tokens) | samples | share | accuracy |", "|---|---:|---:|---:|"]
-    out += [f"| {r['bin']} | {r['samples']} | {_fmt(r['share'])} | {_fmt(r['accuracy'])} |" for r in res["length_table"]]
-    greedy = s["greedy"]
-    out += ["", "## Per problem", "", "| id | accuracy | correct/k | maj | " + ("greedy | " if greedy else "")
-            + "mean length | length correct | length wrong | truncated | verifier reasons |",
-            "|---|---:|---:|---|" + ("---|" if greedy else "") + "---:|---:|---:|---:|---|"]
-    for r in res["per_problem"]:
-        reasons = " ".join(f"{k}:{v}" for k, v in sorted(r["reasons"].items()))
-        out.append(f"| {r['id']} | {_fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
-                   + (f"{r['greedy_correct']} | " if greedy else "")
-                   + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
-                   f"{_fmt(r['truncated_frac'])} | {reasons} |")
-    if "paraphrase" in res:
-        out += paraphrase.markdown(res["paraphrase"])
-    return "\n".join(out) + "\n"
-
-
-def write_report(res: dict, out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({**res, "paper_deviations": paper_deviations(res["settings"])}, indent=2) + "\n")
-    (out / "report.md").write_text(render_markdown(res))
-
-
 def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     """evaluate() on --model and --data, then on the paraphrases (--paraphrases), with one engine.
 
@@ -538,7 +473,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
     distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
-    task = Task()
+    task = for_data(ecfg.data)
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
@@ -546,7 +481,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
                             top_p=ecfg.top_p, seed=ecfg.seed)
     run = lambda d: evaluate(engine, tokenizer, d, params, settings, task, dist=dist, greedy=ecfg.greedy,  # noqa: E731
-                             n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
+                             n_boot=ecfg.n_boot, ci_level=ecfg.ci_level, keep_samples=True)  # the texts, to read
     try:
         res = run(data)
         if para:  # the same settings (and seed) on the paraphrases
@@ -617,12 +552,15 @@ def frontier_main(argv: list[str]) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (evaluation/frontier.py)."""
+    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier`
+    (evaluation/frontier.py); `eval.py fixes` (evaluation/fixes.py)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])
     if argv[:1] == ["frontier"]:
         return frontier_main(argv[1:])
+    if argv[:1] == ["fixes"]:  # before RL: prompt, schema and retry fixes of the format (evaluation/fixes.py)
+        return fixes.main(argv[1:], evaluate=evaluate)
     ecfg = parse_args(argv)
     torch.set_num_threads(ecfg.threads)
     dist, device = distributed.init_distributed(ecfg.device)  # torchrun: one process per device, problems split by `shard`

@@ -16,8 +16,15 @@ another task, subclass Task, override these three methods, and pass `train.train
 part of the task: it is DAPO's reward shaping (dapo.overlong_penalty) and train.py adds it.
 
 `cfg` is any object with the fields a method reads (train.Config has them all; eval.py builds its
-own from the checkpoint): instruction, max_prompt_len, prompt_truncation, verifier, skip_bad_rows,
-seed, tiny_train_size, tiny_heldout_size, tiny_heldout_seed.
+own from the checkpoint): instruction, few_shot, max_prompt_len, prompt_truncation, verifier,
+skip_bad_rows, seed, tiny_train_size, tiny_heldout_size, tiny_heldout_seed.
+
+How a bare problem becomes a prompt (`messages`): --instruction dapo (the official instruction
+around it), none (the problem alone), or a template of your own holding "{problem}"; --few_shot
+puts worked examples before it as earlier turns of the chat (N: the task's own `examples`; or a
+.jsonl of {problem, response}). The format the instruction asks for is checked apart from the
+answer: a verdict whose reason is in FORMAT_ERRORS has no single well-formed final answer, and
+`exact_form` says whether the last line is exactly "Answer: <integer>".
 
 The data formats read by the default task: "tiny" (tasks/tiny.py, the built-in toy task); a .parquet in
 the official DAPO layout (`prompt` a list of chat messages, `reward_model.ground_truth`,
@@ -29,7 +36,9 @@ full prompt, used as it is), and an optional `id`.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -48,6 +57,10 @@ DAPO_PREFIX = (
     "form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
 )
 DAPO_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+# Verdicts without a single well-formed final answer (no "Answer:" line, several values, a
+# placeholder, ...): the format failed, whatever the value. A verifier exception is the verifier's failure, not counted.
+FORMAT_ERRORS = frozenset(verifier.REASONS) - {"ok", "wrong"} - verifier.EXCEPTION_REASONS
+ANSWER_LINE = {"integer": re.compile(r"Answer: -?[0-9]+"), "any": re.compile(r"Answer: \S(?:.*\S)?")}
 
 
 @dataclass
@@ -164,12 +177,53 @@ class Task:
         return ok, str(path), file_hash(path)
 
     def messages(self, problem: Problem, cfg) -> list[dict]:
-        """The chat messages of a problem's prompt: the official DAPO instruction around a bare
-        problem (--instruction dapo); prompts that already hold it, and full prompts, as they are."""
+        """The chat messages of a problem's prompt: the instruction around a bare problem (`instruct`);
+        prompts that already hold the official one, and full prompts, as they are; after the
+        --few_shot examples, if any (`shots`)."""
         msgs = [dict(m) for m in problem.messages]
-        if cfg.instruction == "dapo" and problem.bare and not msgs[-1]["content"].startswith(DAPO_PREFIX[:40]):
-            msgs[-1]["content"] = DAPO_PREFIX + msgs[-1]["content"] + DAPO_SUFFIX
-        return msgs
+        if problem.bare:
+            msgs[-1]["content"] = self.instruct(msgs[-1]["content"], cfg)
+        return self.shots(cfg) + msgs
+
+    def instruct(self, text: str, cfg) -> str:
+        """A bare problem under --instruction: dapo (DAPO_PREFIX + text + DAPO_SUFFIX, unless the text
+        already starts with it), none (the text), or a template with "{problem}" (filled in)."""
+        if cfg.instruction == "none" or text.startswith(DAPO_PREFIX[:40]):
+            return text
+        if cfg.instruction == "dapo":
+            return DAPO_PREFIX + text + DAPO_SUFFIX
+        return cfg.instruction.replace("{problem}", text)
+
+    def shots(self, cfg) -> list[dict]:
+        """The --few_shot examples as chat turns (user: the instructed problem, assistant: its worked
+        response); [] without. "N": the task's `examples(N, cfg)`; a path: a .jsonl of {problem, response}.
+
+        Raises FileNotFoundError / ValueError: no such file, or a row without both fields."""
+        spec = getattr(cfg, "few_shot", "")
+        if not spec:
+            return []
+        cache = self.__dict__.setdefault("_shots", {})
+        key = (spec, cfg.instruction, cfg.seed)
+        if key not in cache:
+            pairs = self.examples(int(spec), cfg) if spec.isdigit() else _read_shots(Path(spec))
+            cache[key] = [m for q, a in pairs for m in ({"role": "user", "content": self.instruct(q, cfg)},
+                                                        {"role": "assistant", "content": a})]
+        return [dict(m) for m in cache[key]]
+
+    def examples(self, n: int, cfg) -> list[tuple[str, str]]:
+        """n worked examples (problem, response in the instruction's form) for --few_shot N. A task
+        with worked solutions overrides this (tasks/arith.py); here there are none.
+
+        Raises ValueError."""
+        raise ValueError(f"--few_shot {n}: this task has no worked examples of its own; pass a .jsonl of "
+                         "{problem, response} rows instead")
+
+    def exact_form(self, response: str, cfg) -> bool:
+        """Whether the response ends with a line that is exactly the instruction's form, "Answer: N"
+        (an integer; any answer under --verifier math), and nothing after it. The verifier reads more
+        ("79 - 62 = Answer: 11", "**Answer:** 11"): this is the stricter share reported beside it."""
+        lines = response.rstrip().split("\n")
+        return bool(ANSWER_LINE["any" if cfg.verifier == "math" else "integer"].fullmatch(lines[-1]))
 
     def score(self, responses: list[str], problem: Problem, cfg) -> list[verifier.Score]:
         """The verdict on each response to one problem: correct, reward +1/-1, the extracted answer
@@ -209,6 +263,8 @@ class Task:
         Raises:
             ValueError: as `read`; a prompt too long under "error"; no prompt fits.
         """
+        if spec == "tiny":  # its problems carry no instruction: a model it was not made for learns nothing from them
+            tiny.check_tokenizer(tokenizer)
         rows, name, data_hash = self.read(spec, cfg, held_out=held_out, limit=limit)
         problems = dedupe_by_id(rows)[: limit or None] if held_out else rows
         repeats = Counter(Counter(p.id for p in rows).values())  # {rows per id: how many ids}
@@ -234,7 +290,21 @@ class Task:
 
     def template_hash(self, tokenizer, cfg) -> str:
         """Hash of everything that turns a problem into prompt text (recorded with every rollout)."""
-        return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}".encode()).hexdigest()[:16]
+        shots = json.dumps(self.shots(cfg)) if getattr(cfg, "few_shot", "") else ""
+        return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}{shots}".encode()).hexdigest()[:16]
+
+
+# Built-in data names whose problems a task of its own generates (--data NAME picks it; any other --data is
+# read by Task). "module:Class", imported when asked for.
+BUILTIN_DATA = {"arith": "tasks.arith:Arithmetic"}
+
+
+def for_data(spec: str) -> Task:
+    """The task that reads --data `spec`: a built-in name's task with its default options, else Task()."""
+    if spec not in BUILTIN_DATA:
+        return Task()
+    module, cls = BUILTIN_DATA[spec].split(":")
+    return getattr(importlib.import_module(module), cls)()
 
 
 def _read_parquet(path: Path) -> tuple[list[Problem], list[str]]:
@@ -258,6 +328,21 @@ def _read_parquet(path: Path) -> tuple[list[Problem], list[str]]:
         problems.append(Problem(str(idx), [{"role": m.get("role") or "user", "content": m["content"]} for m in msgs],
                                 gt.strip()))
     return problems, bad
+
+
+def _read_shots(path: Path) -> list[tuple[str, str]]:
+    """(problem, response) pairs of a --few_shot .jsonl. Raises FileNotFoundError / ValueError naming the row."""
+    if not path.is_file():
+        raise FileNotFoundError(f"--few_shot {str(path)!r}: no such file; pass a number of worked examples of the task, "
+                                "or a .jsonl of {problem, response} rows")
+    pairs = []
+    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
+        if line.strip():
+            row = json.loads(line)
+            if not (isinstance(row, dict) and isinstance(row.get("problem"), str) and isinstance(row.get("response"), str)):
+                raise ValueError(f"--few_shot {path} row {i}: expected a JSON object with string fields problem and response")
+            pairs.append((row["problem"], row["response"]))
+    return pairs
 
 
 def _read_jsonl(path: Path) -> tuple[list[Problem], list[str]]:

@@ -5,7 +5,8 @@
 Reads two report.json files written by `python eval.py ... --out DIR` and gives, for each metric
 both carry, A minus B with a paired bootstrap interval over problems (estimators.paired_bootstrap:
 each resample draws problems once and takes both models' values on them, so problem difficulty
-cancels out): accuracy (avg@k, pass@k, maj@k, greedy pass@1), cost (generated tokens per problem)
+cancels out): accuracy (avg@k, pass@k, maj@k, greedy pass@1), the answer format (format_error, exact_form),
+cost (generated tokens per problem)
 and diversity (distinct answers, answer entropy, duplicate responses); with paraphrases in both,
 the paraphrase side (paraphrase.compare). Settings that change what was measured are warnings.
 """
@@ -22,7 +23,7 @@ from evaluation.estimators import DIVERSITY, paired_bootstrap, problem_scores
 # Differences that change what was measured, or which samples were drawn (seed, engine groups; a
 # report older than --vllm_tp had one group per process): each is a warning.
 WARN_KEYS = ("dataset_hash", "temperature", "top_p", "max_new_tokens", "seed", "engine_groups", "verifier",
-             "verifier_version", "instruction")
+             "verifier_version", "instruction", "few_shot")
 N_BOOT, CI_LEVEL = 2000, 0.95  # the defaults of eval.py's --n_boot and --ci_level
 
 
@@ -36,7 +37,7 @@ def bootstrap_rules(n_boot: int, ci_level: float, seed: int):
 def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
     """Paired comparison of two reports on the same problems: {"metrics": {name: paired_bootstrap}, "warnings"}.
 
-    Compares avg@k, pass@k (k = n), maj@k, greedy_pass@1, tokens_per_problem and the diversity
+    Compares avg@k, pass@k (k = n), maj@k, greedy_pass@1, format_error, exact_form, tokens_per_problem and the diversity
     metrics (estimators.DIVERSITY), each when both reports have it; with paraphrases in both
     (--paraphrases), also avg@k on them and the gap (paraphrase.compare).
 
@@ -50,9 +51,11 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int) -> dict:
     order = {pid: i for i, pid in enumerate(ids_b)}
     sa, sb = problem_scores(a["per_problem"]), problem_scores([b["per_problem"][order[pid]] for pid in ids_a])
     k = a["settings"]["k"]
-    names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1", "tokens_per_problem", *DIVERSITY)
+    names = [m for m in (f"avg@{k}", f"pass@{k}", f"maj@{k}", "greedy_pass@1", "format_error", "exact_form",
+                         "tokens_per_problem", *DIVERSITY)
              if m in sa and m in sb]
-    get = lambda s, key: s.get(key, s.get("world_size")) if key == "engine_groups" else s.get(key)  # noqa: E731
+    get = lambda s, key: (s.get(key, s.get("world_size")) if key == "engine_groups"  # noqa: E731
+                          else s.get(key, "") if key == "few_shot" else s.get(key))  # reports older than the field: none
     warnings = [f"{key} differs: A {get(a['settings'], key)!r}, B {get(b['settings'], key)!r}"
                 for key in WARN_KEYS if get(a["settings"], key) != get(b["settings"], key)]
     metrics = {m: paired_bootstrap(sa[m], sb[m], n_boot=n_boot, level=level, seed=seed) for m in names}

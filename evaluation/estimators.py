@@ -228,7 +228,8 @@ def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
     records: per-problem dicts from eval.evaluate (fields correct (k bools), maj_correct, and
     greedy_correct when the greedy pass ran; lengths (k token counts) and classes /
     response_class (k labels) when present: reports written before these fields lack them).
-    Names: avg@k, pass@1..pass@k, maj@k, [greedy_pass@1], [tokens_per_problem], [DIVERSITY at k].
+    Names: avg@k, pass@1..pass@k, maj@k, [greedy_pass@1], [format_error], [exact_form], [tokens_per_problem],
+    [DIVERSITY at k].
     All problems must have the same k.
 
     Raises:
@@ -245,6 +246,9 @@ def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
     out[f"maj@{k}"] = np.array([r["maj_correct"] for r in records], dtype=float)  # (P,)
     if all("greedy_correct" in r for r in records):
         out["greedy_pass@1"] = np.array([r["greedy_correct"] for r in records], dtype=float)  # (P,)
+    for name in ("format_error", "exact_form"):  # share of a problem's samples (eval.evaluate's per-sample flags)
+        if all(name in r for r in records):
+            out[name] = np.array([np.mean(r[name]) for r in records], dtype=float)  # (P,)
     if all("lengths" in r for r in records):
         out["tokens_per_problem"] = np.array([sum(r["lengths"]) for r in records], dtype=float)  # (P,) all k samples
     if all("classes" in r and "response_class" in r for r in records):

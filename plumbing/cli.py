@@ -88,6 +88,14 @@ def run_cli(main, argv: list[str] | None = None) -> int:
     return 0
 
 
+def instruction_rules(instruction: str, few_shot: str, allow_empty: bool = False):
+    """(fails, message) for --instruction and --few_shot, shared by train.py and eval.py ('' = the checkpoint's there)."""
+    yield (not (instruction in ("dapo", "none") or "{problem}" in instruction or (allow_empty and not instruction)),
+           f"--instruction must be dapo, none or a template holding {{problem}}, got {instruction!r}")
+    yield (bool(few_shot) and not (few_shot.isdigit() and int(few_shot) > 0 or few_shot.endswith(".jsonl")),
+           f"--few_shot must be a number of the task's worked examples or a .jsonl of {{problem, response}}, got {few_shot!r}")
+
+
 def check_config(cfg) -> None:
     """Refuse a train.Config that cannot train, before any work starts: one line naming the flag and the fix.
 
@@ -117,7 +125,7 @@ def _config_rules(c, world: int, engine: str):
     yield (c.device == "cuda" and not torch.cuda.is_available(),
           "--device cuda but torch sees no CUDA device: use --device cpu (or auto), or a CUDA build of torch")
     yield (c.engine not in rollout.ENGINES, f"--engine must be auto, hf or vllm, got {c.engine!r}")
-    yield (c.instruction not in ("dapo", "none"), f"--instruction must be dapo or none, got {c.instruction!r}")
+    yield from instruction_rules(c.instruction, c.few_shot)
     yield (c.prompt_truncation not in ("error", "left", "skip"),
           f"--prompt_truncation must be error, left or skip, got {c.prompt_truncation!r}")
     yield (c.on_exhausted not in ("error", "partial", "skip"), f"--on_exhausted must be error, partial or skip, got {c.on_exhausted!r}")

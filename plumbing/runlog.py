@@ -40,6 +40,7 @@ from rollout import RolloutWriter
 from plumbing.cli import RunStopped
 from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
 from plumbing.policy import save_hf
+from task import FORMAT_ERRORS
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -217,6 +218,9 @@ def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
         m.update({
             "train/reward_mean": float(np.mean([float(r) for g in generated for r in g.reward])),
             "train/correct_frac": float(correct.mean()),
+            # the answer format apart from its value: no single well-formed final answer; exactly "Answer: N" last
+            "train/format_error_frac": float(np.mean([sc.reason in FORMAT_ERRORS for g in generated for sc in g.scores])),
+            "train/exact_form_frac": float(np.mean([bool(x) for g in generated for x in g.exact_form] or [0.0])),
             "train/overlong_penalty_mean": float(np.mean([float(r) for g in generated for r in g.reward_overlong])),
             "groups/all_correct_frac": float((n_correct == G).mean()),
             "groups/all_wrong_frac": float((n_correct == 0).mean()),

@@ -96,6 +96,21 @@ def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGIT
     return rows
 
 
+def check_tokenizer(tokenizer) -> None:
+    """Raise ValueError unless `tokenizer` is the tiny task's character vocabulary (SPECIAL + CHARS).
+
+    The tiny problems carry their own format and no instruction ("What is 347+85?"): a real model
+    given them answers in prose, never in the column format, and gets no reward signal, without a
+    word. So the task refuses any other model (tasks/arith.py is the task made for real tokenizers).
+    """
+    if set(tokenizer.get_vocab()) != set(SPECIAL + CHARS):
+        raise ValueError(f"--data/--eval_data tiny is the toy task of the shipped character-level policy "
+                         f"(assets/tiny-base): its problems carry no instruction, so this model's tokenizer "
+                         f"({len(tokenizer.get_vocab())} tokens) gets no reward signal from them. Use a task made "
+                         "for it: --preset smollm2-arith, --data arith (integer arithmetic under the DAPO "
+                         "instruction), or a .parquet/.jsonl with --data and --eval_data")
+
+
 # --- paraphrases: the same problems in other words ----------------------------------------------------
 #
 # An evaluation of the trained model on rewordings with the same answers (eval.py --paraphrases tiny):
