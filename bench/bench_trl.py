@@ -1,6 +1,8 @@
-"""Our trainer side by side with TRL's GRPOTrainer (loss_type="dapo") on the tiny default task.
+"""Our trainer side by side with TRL's GRPOTrainer (loss_type="dapo") on the tiny default task, or on SmolLM2.
 
     OMP_NUM_THREADS=1 python bench/bench_trl.py speed             # seconds per rollout batch, samples/s
+    OMP_NUM_THREADS=1 python bench/bench_trl.py speed --model smollm2-135m-instruct --batches 2 --repeats 1
+                                                                  # the same on a real model (tasks/arith.py prompts)
     OMP_NUM_THREADS=1 python bench/bench_trl.py learn --budget 150   # held-out accuracy after S s of training each
     ... --trl-venv /path/to/venv                                   # where TRL lives (created if missing; default runs/bench/trl-venv)
     ... --ours-python .venv/bin/python                             # run our side in another environment
@@ -26,6 +28,11 @@ speed (equal work per rollout batch):
   train.train's step loop, rollout logging included; TRL: between the on_step_end callbacks of its
   2nd, 4th, ... optimizer steps, logging included); the first `--warmup` batches are dropped.
 
+--model smollm2-135m-instruct (speed only): the same work on SmolLM2-135M-Instruct (plumbing/models.py)
+with the training prompts of tasks/arith.py (DAPO's instruction and the model's chat template; TRL
+receives the decoded text, special tokens included, and the script checks it re-tokenizes to the same
+ids) and lr 2e-5 (the smollm2-arith preset's) on both sides; everything else as above.
+
 learn: ours is `python train.py`'s defaults (full DAPO: dynamic sampling, overlong penalty)
 with a wall-clock cutoff; TRL the speed settings above. Each trains for --budget seconds from
 assets/tiny-base (checked before starting each rollout batch), saves the model, and one evaluation
@@ -39,6 +46,7 @@ times per rollout batch are differences of metrics.jsonl's time/elapsed (end of 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -54,6 +62,8 @@ from common import SCRATCH_ROOT, machine_line, title_line
 REPO = Path(__file__).resolve().parents[1]
 SCRATCH = SCRATCH_ROOT / "trl"  # runs/bench/trl
 G, PROMPTS, MAX_LEN = 8, 16, 48  # train.py defaults, asserted in the worker
+REAL_MODEL_LR = 2e-5  # the smollm2-arith preset's
+REAL_MODEL_FLAGS = {"smollm2-135m-instruct": ["--model", "smollm2-135m-instruct", "--data", "arith", "--lr", str(REAL_MODEL_LR)]}
 
 
 # --- the TRL environment ------------------------------------------------------------------------------
@@ -105,7 +115,7 @@ def worker_ours(args) -> dict:
 
     run_dir = Path(args.out)
     shutil.rmtree(run_dir, ignore_errors=True)
-    flags = ["--run_dir", str(run_dir), "--seed", str(args.seed), "--eval_data", ""]
+    flags = ["--run_dir", str(run_dir), "--seed", str(args.seed), "--eval_data", ""] + REAL_MODEL_FLAGS.get(args.model, [])
     if args.mode == "speed":
         # one extra step: train.py writes a checkpoint inside its last step, which is not a rollout batch's work
         flags += ["--steps", str(args.batches + args.warmup + 1), "--dynamic_sampling", "false", "--overlong_penalty", "false",
@@ -115,6 +125,7 @@ def worker_ours(args) -> dict:
     cfg = train.parse_config(flags)
     assert (cfg.group_size, cfg.prompts_per_step, cfg.max_response_len, cfg.mini_batch_size) == (G, PROMPTS, MAX_LEN, 64), cfg
     train.train(cfg)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)  # the last step's (SmolLM2 with AdamW moments: 1.6 GB)
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     ends = [0.0] + [m["time/elapsed"] for m in metrics]  # seconds since the loop started, at the end of each step
     samples = [m["envelope/samples_generated"] for m in metrics]
@@ -141,11 +152,20 @@ def worker_trl(args) -> dict:
 
     torch.manual_seed(args.seed)
     cfg = train.Config(seed=args.seed)
-    model, tok = policy.load_policy("", torch.device("cpu"))
-    data = Task().load("tiny", tok, cfg, held_out=False)
+    if args.model:  # the real model on the arithmetic task, as worker_ours with REAL_MODEL_FLAGS
+        from plumbing import models
+        from tasks.arith import Arithmetic
+
+        cfg = dataclasses.replace(cfg, lr=REAL_MODEL_LR)
+        model, tok = policy.load_policy(models.resolve(args.model), torch.device("cpu"))
+        data = Arithmetic().load("arith", tok, cfg, held_out=False)
+    else:
+        model, tok = policy.load_policy("", torch.device("cpu"))
+        data = Task().load("tiny", tok, cfg, held_out=False)
     rows = [{"prompt": tok.decode(ids), "answer": p.answer, "ids": ids} for p, ids in zip(data.problems, data.prompt_ids)]
     for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
-        assert tok(text=[r["prompt"]])["input_ids"][0] == r["ids"], "TRL would see different prompt tokens"
+        assert tok(text=[r["prompt"]], add_special_tokens=False)["input_ids"][0] == r["ids"], \
+            "TRL would see different prompt tokens"
     ds = Dataset.from_list([{"prompt": r["prompt"], "answer": r["answer"]} for r in rows])
 
     def correctness(prompts, completions, answer, **kw):
@@ -201,6 +221,7 @@ def worker_trl(args) -> dict:
 def run_worker(py: str, side: str, mode: str, args, rep: int) -> dict:
     out = SCRATCH / f"{mode}_{side}_{rep}"
     cmd = [py, __file__, "worker", "--side", side, "--mode", mode, "--out", str(out), "--seed", str(args.seed + rep),
+           "--model", getattr(args, "model", ""),
            "--batches", str(getattr(args, "batches", 0)), "--warmup", str(getattr(args, "warmup", 0)),
            "--budget", str(getattr(args, "budget", float("inf")))]
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
@@ -219,7 +240,8 @@ def speed(args, trl_py: str, ours_py: str) -> None:
     print(header("speed", args, trl_py, ours_py))
     print(f"# settings: G={G}, {PROMPTS} prompts = {G * PROMPTS} samples per rollout batch, max {MAX_LEN} response tokens, "
           f"2 optimizer steps per batch (64 per step), T=1 top_p=1 top_k=0, eps 0.2/0.28, token-mean ('dapo'), beta=0, "
-          f"lr {default_lr()} (train.Config default, both sides); ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
+          f"lr {REAL_MODEL_LR if args.model else default_lr()} (both sides); model {args.model or 'assets/tiny-base (tiny task)'}; "
+          f"ours: dynamic sampling off, overlong penalty off. {args.batches} timed batches after "
           f"{args.warmup} warm-up, {args.repeats} runs per side, alternating ours/TRL", flush=True)
     res = {"ours": [], "trl": []}
     for rep in range(args.repeats):
@@ -305,6 +327,8 @@ def main() -> None:
                        "both sides share torch and transformers)")
         p.add_argument("--seed", type=int, default=0)
         if name == "speed":
+            p.add_argument("--model", default="", choices=["", *REAL_MODEL_FLAGS], help="'' = assets/tiny-base on the tiny "
+                           "task; smollm2-135m-instruct on tasks/arith.py")
             p.add_argument("--batches", type=int, default=8, help="timed rollout batches per run")
             p.add_argument("--warmup", type=int, default=1, help="rollout batches dropped at the start of each run")
             p.add_argument("--repeats", type=int, default=3, help="runs per side, alternating")
@@ -316,6 +340,7 @@ def main() -> None:
     w.add_argument("--mode", choices=["speed", "learn"], required=True)
     w.add_argument("--out", required=True)
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--model", default="")
     w.add_argument("--batches", type=int, default=8)
     w.add_argument("--warmup", type=int, default=1)
     w.add_argument("--budget", type=float, default=float("inf"))
