@@ -135,7 +135,7 @@ class Arithmetic(Task):
         """Up to n distinct problems of one side of the split (make_problem's dicts plus "id").
 
         Stops early (fewer rows) once 5000 draws in a row are unusable: the levels hold fewer
-        distinct problems on that side (level 1 has 200 expressions in all).
+        distinct problems on that side (level 1 has 155 expressions in all).
         """
         rng, rows, seen, misses = random.Random(seed), [], set(), 0
         while len(rows) < n and misses < 5000:

@@ -5,6 +5,9 @@
    and tokens outside the nucleus are never drawn.
 2. The per-sequence streams are uniform and independent: one draw per row of many rows passes a
    chi-square test of the target distribution, and so do many draws along one row.
+4. plumbing.decoding.top_p_filter keeps the nucleus transformers' TopPLogitsWarper keeps, on a
+   49k-token vocabulary: peaked rows (nucleus among the first 64 candidates) and flat ones (the full
+   sort), away from the float32 rounding of the warper's boundary.
 3. Through HFEngine: the first token of many sequences follows softmax(logits / T) renormalised
    over the top-p nucleus (chi-square against the model's own logits; the full softmax is
    rejected, so the test can tell), and the samples do not change with max_batch.
@@ -127,3 +130,24 @@ def test_hf_engine_samples_do_not_depend_on_max_batch(tiny_policy):
                    for a, b in zip(sa.logprobs, sb.logprobs)) < 1e-5
     other_seed = rollout.HFEngine(model, tok).generate(prompts, dataclasses.replace(params, seed=4))
     assert [[s.token_ids for s in g] for g in other_seed] != tokens[0]
+
+
+@pytest.mark.parametrize("scale", [0.5, 2.0, 6.0, 12.0])
+def test_top_p_filter_keeps_the_warpers_nucleus(scale):
+    from transformers import TopPLogitsWarper
+
+    from plumbing import decoding
+
+    gen = torch.Generator().manual_seed(int(scale * 10))
+    logits = torch.randn(24, 49152, generator=gen) * scale  # (rows, V): flat (scale 0.5) to peaked (12)
+    for top_p in (0.3, 0.7, 0.95):
+        ours = torch.isfinite(decoding.top_p_filter(logits, top_p))  # (rows, V)
+        theirs = torch.isfinite(TopPLogitsWarper(top_p)(None, logits.clone()))
+        probs = torch.softmax(logits.double(), -1)  # (rows, V)
+        v, order = probs.sort(-1, descending=True)
+        before = torch.empty_like(probs).scatter_(1, order, v.cumsum(-1) - v)  # (rows, V) mass more likely than each token
+        near = (before - top_p).abs() < 1e-5  # tokens the warper's float32 sums over 49k tokens may put on either side
+        assert not ((ours != theirs) & ~near).any()
+        assert ours.sum() >= 24 and (ours != theirs).sum() <= 1e-3 * ours.sum()
+        assert (ours.sum(-1) >= 1).all()
+    assert torch.equal(decoding.top_p_filter(logits, 1.0), logits)
