@@ -19,7 +19,7 @@ this measures them on the same held-out problems, with the same model, seed and 
 and, with --trained RUN, the RL policy under (a)'s prompt, its training cost (samples, tokens,
 seconds: frontier.training_cost) reported beside it and never added to its per-problem costs.
 
-For each arm fixes.json holds format_error, exact_form, avg@k, pass@k (each with a 95% bootstrap
+Written to --out: fixes.json, fixes.md (the table) and fixes.png (the figure). For each arm fixes.json holds format_error, exact_form, avg@k, pass@k (each with a 95% bootstrap
 interval over problems), tokens_per_problem and seconds_per_problem (generation wall-clock), and the
 paired difference against (a) of avg@k and format_error (estimators.paired_bootstrap).
 
@@ -317,7 +317,34 @@ def markdown(out: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+def plot(out: dict, path: Path) -> None:
+    """fixes.png: per arm, the format-error rate and avg@k with their 95% intervals, and tokens per problem."""
+    import matplotlib  # optional heavy dependency: only this function draws
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    k, arms = out["settings"]["k"], out["arms"]
+    names = list(arms)
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
+    for ax, metric, title in zip(axes, ("format_error", f"avg@{k}", "tokens_per_problem"),
+                                 ("format error (no parsable answer)", f"accuracy, avg@{k}", "generated tokens per problem")):
+        vals = [arms[n][metric] for n in names]
+        err = [[v - arms[n]["ci"].get(metric, [v, v])[0] for n, v in zip(names, vals)],
+               [arms[n]["ci"].get(metric, [v, v])[1] - v for n, v in zip(names, vals)]]
+        ax.bar(names, vals, yerr=err, capsize=3, color=["#888888" if n == "prompt" else "#cc6633" if n == "rl" else "#3366aa"
+                                                         for n in names])
+        ax.set_title(title, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    fig.suptitle(f"{out['settings']['n_problems']} held-out problems, k = {k}; RL (orange) also cost its training, reported apart",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
 def write(out: dict, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "fixes.json").write_text(json.dumps(out, indent=2) + "\n")
     (folder / "fixes.md").write_text(markdown(out))
+    plot(out, folder / "fixes.png")
