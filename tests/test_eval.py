@@ -35,6 +35,8 @@ import rollout  # noqa: E402
 import train  # noqa: E402
 from plumbing import cli, distributed
 from task import Dataset, Problem, Task, load_task, task_spec  # noqa: E402
+from tasks import tiny  # noqa: E402
+from tasks.tiny import TinyTask  # noqa: E402
 from plumbing import policy  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -374,6 +376,25 @@ def test_checkpoint_settings_are_used_and_flags_override(tmp_path):
         ev.checkpoint_settings(foreign, ev.EvalConfig(max_new_tokens=5, verifier="nope"))
     with pytest.raises(FileNotFoundError):
         ev.resolve_model(str(foreign))
+
+
+def test_a_checkpoint_from_before_the_task_flag_keeps_its_task_and_options(tmp_path):
+    """Configs saved before --task carried the tiny task's options as tiny_* fields: eval.py and a resume
+    read them as TinyTask's task_args (only the ones that differ from its defaults, only on --data tiny)."""
+    old = {"data": "tiny", "tiny_train_size": 20000, "tiny_heldout_size": 64, "tiny_heldout_seed": 3, "verifier": "dapo"}
+    new = tiny.upgrade_config(old)
+    assert not any(k.startswith("tiny_") for k in new)
+    assert json.loads(new["task_args"]) == {"heldout_size": 64, "heldout_seed": 3}
+    assert json.loads(tiny.upgrade_config({**old, "tiny_heldout_size": 256, "tiny_heldout_seed": 0})["task_args"]) == {}
+    assert "task_args" not in tiny.upgrade_config({**old, "data": "x.parquet"})  # a file's run: the options were unused
+    assert tiny.upgrade_config({"task_args": '{"train_size": 5}', "tiny_train_size": 9}) == {"task_args": '{"train_size": 5}'}
+    run = tmp_path / "old" / "final"
+    run.mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    (run / "dapo_run.json").write_text(json.dumps({"config": old}))
+    settings, _ = ev.checkpoint_settings(run, ev.EvalConfig())
+    task = load_task(task_spec(settings.task, settings.data), settings.task_args)
+    assert task == TinyTask(heldout_size=64, heldout_seed=3)
 
 
 EVAL_REFUSED = [  # (argv, the start of the one error line): one row per rule of eval.check_eval_config and compare
