@@ -64,10 +64,9 @@ import torch
 import rollout
 import verifier
 from rollout import SamplingParams
-from task import BUILTIN_DATA, FORMAT_ERRORS, Dataset, Task, for_data
-from evaluation import compare, fixes, frontier, paraphrase
-from evaluation.reports import (PAPER_DATASET_HASHES, PAPER_PROTOCOL, _fmt, length_table, paper_deviations,  # noqa: F401
-                                render_markdown, write_report)
+from task import FORMAT_ERRORS, Dataset, Task, load_task, task_spec
+from tasks import tiny
+from evaluation import compare, fixes, frontier, paraphrase, reports
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
 from plumbing import cli, distributed, models, policy
@@ -86,7 +85,11 @@ class EvalConfig:
     """Every setting of `python eval.py`. Empty / 0 means "what the checkpoint saved"."""
 
     model: str = F("", "HF model directory or a run directory (its final/ is used); '' = assets/tiny-base")
-    data: str = F("tiny", "'tiny', a .parquet (DAPO layout) or a .jsonl with problem/answer")
+    data: str = F("", "a name the task generates ('tiny'), a .parquet (DAPO layout) or a .jsonl with problem/answer; "
+                  "'' = the checkpoint's --eval_data ('tiny' without one)")
+    task: str = F("", "module:Class of the task that scores the answers (train.py --task); '' = the checkpoint's, else "
+                  "the task that generates --data, else task:Task")
+    task_args: str = F("", "the task's options, a JSON object ('' = the checkpoint's with its task, else {})")
     k: int = F(32, "[k] samples per problem (paper: 32 on AIME 2024)")
     temperature: float = F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = F(0.7, "nucleus top_p (paper evaluation 0.7)")
@@ -302,7 +305,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
         "maj_tie_rule": MAJ_TIE_RULE, "maj_equality": "string" if cfg.verifier != "math" else "math-verify (verifier.score)",
     }
-    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
+    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": reports.length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
 
 
@@ -396,9 +399,10 @@ class ModelSettings:
     verifier: str = "dapo"
     skip_bad_rows: bool = False
     seed: int = 0
-    tiny_train_size: int = 20000
-    tiny_heldout_size: int = 256
-    tiny_heldout_seed: int = 0
+    task: str = ""
+    task_args: str = "{}"
+    data: str = "tiny"
+    eval_data: str = "tiny"
     trust_remote_code: bool = False
 
 
@@ -414,7 +418,8 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     saved = model_dir / "dapo_run.json"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}
     if saved.exists():
-        base = {k: v for k, v in json.loads(saved.read_text())["config"].items() if k in fields}
+        config = tiny.upgrade_config(json.loads(saved.read_text())["config"])  # a run from before --task: the same run
+        base = {k: v for k, v in config.items() if k in fields}
         source = str(saved)
     elif ecfg.max_new_tokens:
         base, source = {}, "defaults (no dapo_run.json)"
@@ -430,18 +435,6 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     if settings.verifier not in verifier.MODES:
         raise ValueError(f"--verifier must be one of {verifier.MODES}, got {settings.verifier!r}")
     return settings, source
-
-
-def resolve_data(spec: str) -> str:
-    """'tiny' or the path of an existing .jsonl / .parquet file.
-
-    Raises:
-        FileNotFoundError: anything else, naming the fix.
-    """
-    if spec == "tiny" or spec in BUILTIN_DATA or Path(spec).is_file():
-        return spec
-    raise FileNotFoundError(f"--data {spec!r}: no such file; pass 'tiny' or the path of a .jsonl/.parquet file (the "
-                            "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
 
 
 def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device, world: int = 1):
@@ -473,9 +466,12 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
     distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
-    task = for_data(ecfg.data)
+    spec = ecfg.data or settings.eval_data or "tiny"
+    # the task: --task, else the checkpoint's, else the one that generates --data; the checkpoint's options go with its task
+    name = task_spec(ecfg.task or settings.task, spec)
+    task = load_task(name, ecfg.task_args or (settings.task_args if name == task_spec(settings.task, settings.data) else "{}"))
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
+    data = task.load(spec, tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
@@ -489,7 +485,8 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
                                                 n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
     finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
-    res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
+    res["settings"].update(config_source=source, task=f"{type(task).__module__}:{type(task).__qualname__}",
+                           dataset=data.name, dataset_hash=data.hash, **data.info)
     return res
 
 
@@ -531,20 +528,20 @@ def frontier_main(argv: list[str]) -> dict | None:
                                     "of eval.py") from None
     torch.set_num_threads(ecfg.threads)
     dist, device = distributed.init_distributed(ecfg.device)
-    reports = []
+    measured = []  # one report per --models entry (not `reports`: that is the module)
     try:
         for name, (rep, model_dir) in zip(names, sources):
             if rep is None:
                 rep = measure(dataclasses.replace(ecfg, model=str(model_dir)), dist, device)
                 if dist.main:
-                    write_report(rep, Path(args.out) / name)
-            reports.append(rep)
+                    reports.write_report(rep, Path(args.out) / name)
+            measured.append(rep)
     finally:
         distributed.close_distributed(dist)
     if not dist.main:
         return None
-    costs = [frontier.training_cost(rep["settings"]["model"]) for rep in reports]
-    res = frontier.build(reports, names, sorted(set(args.k)), costs,
+    costs = [frontier.training_cost(rep["settings"]["model"]) for rep in measured]
+    res = frontier.build(measured, names, sorted(set(args.k)), costs,
                          n_boot=ecfg.n_boot, level=ecfg.ci_level, seed=ecfg.seed)
     print(frontier.markdown(res))
     print("wrote " + ", ".join(str(p) for p in frontier.write(res, args.out)))
@@ -572,14 +569,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     for m, v in res["metrics"].items():
         interval = f"  [{res['ci'][m][0]:.3f}, {res['ci'][m][1]:.3f}]" if m in res["ci"] else ""
-        print(f"{m:>23}: {_fmt(v)}{interval}")
+        print(f"{m:>23}: {reports.fmt(v)}{interval}")
     print(json.dumps(res["settings"], indent=2))
-    for d in paper_deviations(res["settings"]):
+    for d in reports.paper_deviations(res["settings"]):
         print(f"differs from the paper's protocol: {d}")
     if "paraphrase" in res:
         print("\n".join(paraphrase.summary_lines(res["paraphrase"])))
     if ecfg.out:
-        write_report(res, ecfg.out)
+        reports.write_report(res, ecfg.out)
         print(f"wrote {ecfg.out}/report.json and report.md")
     return res
 

@@ -71,9 +71,6 @@ class Settings:
     prompt_truncation: str = "error"
     skip_bad_rows: bool = False
     seed: int = 0
-    tiny_train_size: int = 20000
-    tiny_heldout_size: int = 256
-    tiny_heldout_seed: int = 0
 
 
 class AnswerLineConstraint:
@@ -229,7 +226,7 @@ def main(argv: list[str], *, evaluate) -> dict:
     trained = _trained_dir(args.trained) if args.trained else None
     torch.set_num_threads(1)
     tokenizer = policy.load_tokenizer(model_dir)
-    task = task_mod.for_data(preset["data"])
+    task = task_mod.load_task(task_mod.task_spec(preset.get("task", ""), preset["data"]), preset.get("task_args", "{}"))
     base = Settings(model=model_dir, max_response_len=max_new, seed=args.seed)
     arms = {"prompt": base, "instruction": dataclasses.replace(base, instruction=CLEARER_INSTRUCTION),
             "one-shot": dataclasses.replace(base, few_shot="1"), "schema": base, "retry": base}

@@ -1,12 +1,6 @@
-"""eval.py's report files: report.json and report.md, the length table, and the paper's protocol they are held against.
+"""An evaluation report on disk (report.json, report.md), and the paper's protocol it is compared with.
 
-    report.json   settings, metrics with their bootstrap intervals, the per-problem records (each
-                  sample's verdict, answer, length and response text), the length table, and every
-                  setting that differs from the paper's AIME 2024 avg@32 protocol
-    report.md     the same for reading: settings, metrics with intervals, deviations, the length
-                  table, one row per problem
-
-The measuring is eval.py's (evaluate, summarize); this module only lays out what it measured.
+`python eval.py --out DIR` writes both files; `eval.py compare` and `eval.py frontier` read them back.
 """
 
 from __future__ import annotations
@@ -56,9 +50,8 @@ def paper_deviations(settings: dict) -> list[str]:
     return out
 
 
-
-
-def _fmt(x) -> str:
+def fmt(x) -> str:
+    """A report cell: 3 decimals for a float, - for None."""
     return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
@@ -72,19 +65,19 @@ def render_markdown(res: dict) -> str:
     out += [f"- differs: {d}" for d in dev] if dev else ["- yes: every protocol setting matches"]
     level = round(100 * s["ci_level"])
     out += ["", "## Metrics", "", f"| metric | value | {level}% bootstrap CI over problems |", "|---|---:|---|"]
-    out += [f"| {k} | {_fmt(v)} | {'[' + _fmt(ci[k][0]) + ', ' + _fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
+    out += [f"| {k} | {fmt(v)} | {'[' + fmt(ci[k][0]) + ', ' + fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
     out += ["", "## Length and correctness", "", "| response length (tokens) | samples | share | accuracy |", "|---|---:|---:|---:|"]
-    out += [f"| {r['bin']} | {r['samples']} | {_fmt(r['share'])} | {_fmt(r['accuracy'])} |" for r in res["length_table"]]
+    out += [f"| {r['bin']} | {r['samples']} | {fmt(r['share'])} | {fmt(r['accuracy'])} |" for r in res["length_table"]]
     greedy = s["greedy"]
     out += ["", "## Per problem", "", "| id | accuracy | correct/k | maj | " + ("greedy | " if greedy else "")
             + "mean length | length correct | length wrong | truncated | verifier reasons |",
             "|---|---:|---:|---|" + ("---|" if greedy else "") + "---:|---:|---:|---:|---|"]
     for r in res["per_problem"]:
         reasons = " ".join(f"{k}:{v}" for k, v in sorted(r["reasons"].items()))
-        out.append(f"| {r['id']} | {_fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
+        out.append(f"| {r['id']} | {fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
                    + (f"{r['greedy_correct']} | " if greedy else "")
-                   + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
-                   f"{_fmt(r['truncated_frac'])} | {reasons} |")
+                   + f"{fmt(r['mean_length'])} | {fmt(r['mean_length_correct'])} | {fmt(r['mean_length_wrong'])} | "
+                   f"{fmt(r['truncated_frac'])} | {reasons} |")
     shown = [r for r in res["per_problem"] if r.get("samples")][:SHOWN_RESPONSES]
     if shown:  # what the numbers are made of: the first sample of the first problems (all are in report.json)
         out += ["", f"## Responses (the first sample of the first {len(shown)} problems; every sample is in report.json)", "",
@@ -100,6 +93,7 @@ def render_markdown(res: dict) -> str:
 
 
 def write_report(res: dict, out_dir: str | Path) -> None:
+    """report.json (with the paper deviations) and report.md in out_dir."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps({**res, "paper_deviations": paper_deviations(res["settings"])}, indent=2) + "\n")

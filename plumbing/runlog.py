@@ -41,6 +41,7 @@ from plumbing.cli import RunStopped
 from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
 from plumbing.policy import save_hf
 from task import FORMAT_ERRORS
+from tasks import tiny
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -111,7 +112,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
             or this number of processes would cut generation rounds into other shards.
     """
     trainer = json.loads((path / "trainer_state.json").read_text())
-    saved = {**defaults, **trainer["config"]}
+    saved = {**defaults, **tiny.upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
     saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
     shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
     if shards != saved_shards:
@@ -254,6 +255,23 @@ def rollout_metrics(generated: list, kept: list, step: int, cfg) -> dict:
         m[f"age/{age}/correct_frac"] = float(torch.cat([g.correct for g in part]).float().mean())
         m[f"age/{age}/length_mean"] = float(np.mean([len(s.token_ids) for g in part for s in g.samples]))
     return m
+
+
+def exhausted_line(step: int, rollouts, cfg) -> str:
+    """An exhausted step (--on_exhausted partial or skip, groups/exhausted): what it trains on, why, what to change.
+
+    rollouts: train.Rollouts (kept: the groups trained on; generated: every group of the step)."""
+    G, gen = cfg.group_size, rollouts.generated
+    right = [int(g.correct.sum()) for g in gen]
+    wrong, easy, mixed = right.count(0), right.count(G), sum(0 < r < G for r in right)
+    acc = sum(right) / max(G * len(gen), 1)
+    why = (f"{wrong} of {len(gen)} groups had no right answer (training accuracy {acc:.3f}): the model rarely solves these "
+           f"problems{' at --top_p 1.0, where a small model may write noise (try --top_p 0.7)' if cfg.top_p >= 1 else ''}, "
+           "or misses the answer format (see verifier/* and train/format_error_frac)") if wrong >= easy else (
+           f"{easy} of {len(gen)} groups had every answer right: the problems are too easy")
+    return (f"step {step}: dynamic sampling kept {mixed} group(s) of the {cfg.prompts_per_step} wanted after "
+            f"{cfg.max_gen_rounds} round(s); this step trains on {len(rollouts.kept)} (--on_exhausted {cfg.on_exhausted}). "
+            f"{why}. Use other data, more --max_gen_rounds, or --on_exhausted error to stop")
 
 
 def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
@@ -435,6 +453,8 @@ class Run:
         if self.dist.main and step % cfg.log_every == 0 and "train/reward_mean" in stats:
             self.bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
                                  kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
+        if self.dist.main and stats.get("groups/exhausted"):  # loudly, once per step: training on little or nothing
+            print(f"[warning] {exhausted_line(step, rollouts, cfg)}", file=sys.stderr, flush=True)
         if self.dist.main and stats.get("rollout/degenerate_frac", 0) > cfg.degenerate_warn:
             print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                   "the weights may be broken", file=sys.stderr, flush=True)

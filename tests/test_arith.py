@@ -24,7 +24,7 @@ import verifier
 from evaluation import compare
 from evaluation.estimators import problem_scores
 from plumbing import cli
-from task import FORMAT_ERRORS, Problem, Task, for_data
+from task import FORMAT_ERRORS, Problem, Task, load_task, task_spec
 from tasks import arith, tiny
 from tasks.arith import LEVELS, Arithmetic
 
@@ -80,7 +80,8 @@ def test_bad_options_are_refused(kwargs):
 def test_only_its_own_data_is_read():
     with pytest.raises(ValueError, match="--data arith"):
         Arithmetic().read("tiny", train.Config(), held_out=False)
-    assert isinstance(for_data("arith"), Arithmetic) and type(for_data("tiny")) is Task
+    assert isinstance(load_task(task_spec("", "arith")), Arithmetic)
+    assert load_task(task_spec("", "arith"), '{"levels": [4], "style": "worded"}').levels == [4]
 
 
 # --- 2. prompts -------------------------------------------------------------------------------------------
@@ -121,7 +122,7 @@ def test_the_tiny_task_refuses_a_tokenizer_not_its_own():
             return {"hello": 0, "world": 1}
 
     with pytest.raises(ValueError, match="toy task of the shipped character-level policy"):
-        Task().load("tiny", Other(), train.Config(), held_out=True)
+        tiny.TinyTask().load("tiny", Other(), train.Config(), held_out=True)
     tiny.check_tokenizer(tiny.build_tokenizer())  # its own passes
 
 

@@ -24,6 +24,7 @@ import copy
 import dataclasses
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from plumbing import distributed, forward, policy, vllm_engine
 from tasks import tiny, tiny_base
 from rollout import Engine, Sample, SamplingParams
 from task import Task
+from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -114,7 +116,7 @@ def base_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def prompts(base_dir):
     _, tok = policy.load_policy(str(base_dir), CPU)
-    return Task().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
+    return TinyTask().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
 
 
 def _record(model) -> dict:
@@ -427,9 +429,10 @@ class _FixedEngine(Engine):
 
 
 @pytest.mark.parametrize("case", ["nothing-kept", "all-filtered"])
-def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatch, case):
+def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatch, capsys, case):
     """The real loop with lr and weight decay on: a step that keeps nothing (dynamic sampling, all
-    wrong) or whose every response is overlong-filtered saves the starting weights unchanged."""
+    wrong) or whose every response is overlong-filtered saves the starting weights unchanged. A step
+    that kept nothing says so on stderr, once per step, with why (every group all-wrong)."""
     from safetensors.torch import load_file
 
     monkeypatch.setattr(policy, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
@@ -443,6 +446,12 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     for m in metrics:
         assert m["policy/optimizer_steps"] == 0
         assert m["policy/skipped_minibatches"] == (0 if case == "nothing-kept" else 2)
+    warned = re.findall(r"\[warning\] step \d+: dynamic sampling kept[^\n]*", capsys.readouterr().err)  # the bar shares stderr
+    if case == "nothing-kept":
+        assert [l.split(":")[0] for l in warned] == ["[warning] step 0", "[warning] step 1"]
+        assert all("trains on 0 (--on_exhausted partial)" in l and "no right answer" in l for l in warned), warned
+    else:
+        assert warned == []
     base, _ = policy.load_policy("", CPU)
     after = load_file(run / "final" / "model.safetensors")
     assert all(torch.equal(after[k], p) for k, p in base.state_dict().items() if k in after) and after
@@ -471,7 +480,14 @@ REFUSED = [
     (["--mini_batch_size", "0"], "--mini_batch_size must be >= 1"),
     (["--micro_batch_size", "0"], "--micro_batch_size must be >= 1"),
     (["--prompts_per_step", "0"], "--prompts_per_step must be >= 1"),
-    (["--tiny_train_size", "0"], "--tiny_train_size must be >= 1 problem"),
+    (["--task_args", '{"train_size": 0}'], "--task_args: train_size must be an integer >= 1 problem"),
+    (["--task_args", '{"size": 10}'], "--task_args: TinyTask has no option 'size'; its options are ['train_size'"),
+    (["--task_args", "[1]"], "expected a JSON object of TinyTask's options"),
+    (["--task_args", "{size: 1}"], "not JSON"),
+    (["--task", "tasks.tiny"], "write it as module:Class"),
+    (["--task", "no_such_module:Task"], "no module 'no_such_module' importable from here"),
+    (["--task", "task:NoSuchTask"], "module 'task' defines no 'NoSuchTask'"),
+    (["--task", "task:Problem"], "Problem is not a subclass of task.Task"),
     (["--gen_prompts_per_round", "0"], "--gen_prompts_per_round must be >= 1"),
     (["--max_gen_rounds", "0"], "--max_gen_rounds must be >= 1"),
     (["--gen_prompts_per_round", "4", "--max_gen_rounds", "3"], "can never fill --prompts_per_step 16"),
