@@ -101,7 +101,8 @@ DAPO_CASES = [
     ("Answer: 13 or more", "13", False, "malformed"),
     ("Answer: 13\\pi", "13", False, "malformed"),
     ("Answer: 13 pi", "13", False, "malformed"),
-    ("Answer: 13 (mod 7)", "13", False, "malformed"),
+    ("Answer: 13 (mod 7)", "13", True, "ok"),  # a congruence states its residue (G2); was malformed before v4
+    ("Answer: 13 (mod 7)", "7", False, "wrong"),  # the modulus is never the answer
     ("Answer: \\frac{26}{2}", "13", False, "malformed"),
     ("Answer: thirteen", "13", False, "malformed"),
     ("Answer: 13.5", "13", False, "wrong"),
@@ -294,7 +295,8 @@ def test_score_batch_keeps_input_order():
     truths = ["0.5", "13", "\\frac12", "4", "1", "2"]
     expected = [score(r, t, mode="math", timeout_s=1.0) for r, t in zip(responses, truths)]
     batch = score_batch(responses, truths, mode="math", workers=2, timeout_s=1.0)
-    assert [s.reason for s in batch] == [s.reason for s in expected] == ["ok", "timeout", "ok", "wrong", "no_answer", "ok"]
+    # the tower is refused before parsing (G7 of verifier.py; it timed out before dapo-verifier-4)
+    assert [s.reason for s in batch] == [s.reason for s in expected] == ["ok", "malformed", "ok", "wrong", "no_answer", "ok"]
     dapo = score_batch([f"Answer: {i}" for i in range(50)], [str(i % 7) for i in range(50)])
     assert [s.correct for s in dapo] == [i == i % 7 for i in range(50)]
 

@@ -145,7 +145,15 @@ def test_bombs_return_within_time_limit():
                 assert elapsed < STRING_HANG_GUARD_S, (bomb, mode, elapsed)
 
 
-def test_timeout_default_is_two_seconds_and_is_an_exception():
+# The time limit is the backstop for what the structural refusal (G7) does not foresee. To reach it,
+# the tests below switch that refusal off, so that "9^{9^{9^{9}}}" goes to the parser again (it is
+# refused before parsing otherwise: test_expensive_answers_are_refused_before_parsing).
+@pytest.fixture
+def no_structural_refusal(monkeypatch):
+    monkeypatch.setattr(verifier, "_cost_refusal", lambda pred: None)
+
+
+def test_timeout_default_is_two_seconds_and_is_an_exception(no_structural_refusal):
     assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
     _ensure_idle_workers()
     start = time.monotonic()
@@ -156,7 +164,7 @@ def test_timeout_default_is_two_seconds_and_is_an_exception():
     assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
 
 
-def test_timeout_works_in_a_thread():
+def test_timeout_works_in_a_thread(no_structural_refusal):
     results = []
     thread = threading.Thread(target=lambda: results.append(score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0)))
     start = time.monotonic()
@@ -166,18 +174,20 @@ def test_timeout_works_in_a_thread():
     assert time.monotonic() - start < 30
 
 
-def _score_in_child(response: str) -> tuple[str, float]:
+def _score_in_child(response: str, timeout_s: float) -> tuple[str, float]:
     start = time.monotonic()
-    s = score(response, "13", mode="math", timeout_s=1.0)
+    s = score(response, "13", mode="math", timeout_s=timeout_s)
     return s.reason, time.monotonic() - start
 
 
-def test_timeout_works_in_a_daemonic_worker_process():
+def test_timeout_works_in_a_daemonic_worker_process(no_structural_refusal):
     # multiprocessing pool workers are daemonic and may not start multiprocessing children;
-    # the verifier's subprocess workers are allowed there.
+    # the verifier's subprocess workers are allowed there. The child's first call starts its own
+    # worker and the spares; the second may have to wait for a spare to finish starting, which its
+    # time limit counts (G7): the limit given leaves room for that start on a loaded machine.
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}",))
-        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}",))
+        reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}", 1.0))
+        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}", verifier.WORKER_START_TIMEOUT_S))
     assert (reason, ok_reason) == ("timeout", "ok")
 
 
@@ -222,8 +232,8 @@ def test_parse_limits_are_documented_constants():
     assert (verifier.MAX_NESTING_DEPTH, verifier.MAX_ANSWER_TOKENS) == (8, 160)
 
 
-def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch):
-    """A timeout kills its worker; the next call takes the spare that was started before, ready,
+def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch, no_structural_refusal):
+    """A timeout kills its worker; the next call takes a spare that was started before, ready,
     instead of waiting for a worker to start (2-4 s)."""
     used = []
     ask = verifier._MathWorker.ask
@@ -237,8 +247,9 @@ def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch):
     spare = verifier._idle_workers[0]  # the call below takes the last one: this one is left
     assert score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0).reason == "timeout"
     assert spare in verifier._idle_workers  # ready when the timeout is over
+    ready = list(verifier._idle_workers)
     assert score("Answer: \\frac{26}{2}", "13", mode="math").reason == "ok"
-    assert used[-1] is spare  # the next call used it: no start-up in its way
+    assert used[-1] in ready  # the next call used a ready one: no start-up in its way
 
 
 def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypatch):
