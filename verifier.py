@@ -20,6 +20,71 @@ unknown mode. Three modes:
   sympy, never `eval`) decides equivalence inside a persistent worker process that is killed past
   `timeout_s`, with our rule for comparing numbers (deviation 21).
 
+The final-answer grammar of "dapo" and "math" (dapo-verifier-4). The rules are this table; the code
+cites its rows (G1-G7), and the numbered deviations below record, case by case, how each part departs
+from the official rule. In "math" mode a value is any LaTeX answer and rows G3-G5 do not apply (its
+values contain words and letters); "dapo-official" follows none of it.
+
+  row | part of the response                  | read as                          | e.g.
+  ----+---------------------------------------+----------------------------------+-----------------------------
+  G1  | the response                          | the text after the last          | "<think>..</think>Answer: 12"
+      |                                       | "</think>", up to its first      | "Answer: 12<|im_end|>",
+      |                                       | end-of-turn token (<|name|>,     | "12</s>", "12<|eot_id|>",
+      |                                       | </s>, <eos>, <end_of_turn>)      | "12<|endoftext|>"
+  G1  | the final statement                   | the last "Answer:" line, else    | deviations 7, 8, 13, 14, 20
+      |                                       | the last box; all values of the  | and 23
+      |                                       | final answer section must agree  |
+  G2  | transparent wrappers, nested in any   | the value they wrap:             |
+      | order:  markup                        |                                  | "**13**", "`13`", "<b>13</b>"
+      |         math delimiters, environments |                                  | "$13$", "\\(13\\)", "\\[13\\]"
+      |         boxes, text and style         |                                  | "\\boxed{13}", "\\text{13}"
+      |         units, percent, degrees       |                                  | "13 apples", "13\\,\\text{cm}"
+      |         trailing punctuation, LaTeX   |                                  | "13.", "13;", "$13$ \\\\",
+      |         spacing and line breaks       |                                  | "13\\quad", "\\qquad 13"
+      |         digit groups                  |                                  | "1,000", "18 {, }936"
+      |         a congruence's modulus        | the residue, never the modulus   | "x \\equiv 3 \\pmod 7": 3
+      |         an equation's other side      | every numeric side must agree    | "x = 13", "13 = m + n"
+  G3  | a sentence frame before the value     | the value, when the frame states | "The largest $n$ is 34.",
+      |                                       | no other value (digits or words) | "There are 34 ways."
+      |                                       | and neither hedges nor changes it|
+  G4  | working after the value, in brackets  | never read: adds no candidate,   | "18 (3 boxes of 6 eggs)",
+      | or after , ; - or a full stop         | but refused if it hedges or is a | "18, 3 boxes of 6 eggs",
+      |                                       | value of its own ("18 (19)")     | "18 (= 6 \\times 3)"
+      |   a clause or closing phrase          | never read (deviation 15)        | "56, since 7 x 8 = 56"
+  --- | refused, reward -1:                   |                                  |
+  G2-4| two different values                  | multiple_answers                 | "12, 13", "12 or 13",
+      |                                       |                                  | "18 (19)", "18, nineteen",
+      |                                       |                                  | a column of boxes (23)
+      | a relation or a hedge                 | malformed                        | "12 or more", "at least 12",
+      |                                       |                                  | "The answer is about 12"
+      | a word or sign that changes the value | malformed                        | "6 squared", "twice 17",
+      |                                       |                                  | "10^4", "2 \\times 6"
+      | an option letter alone                | malformed                        | "(B)", "\\text{(C)}"
+  G5  | a final statement the text then takes | multiple_answers                 | "if all were valid it would
+      | back: after it, a word of contrast    |                                  | be \\boxed{19}, but two are
+      | (but, however, actually, wait) or a   |                                  | invalid, so the actual
+      | hypothetical statement (would, if),   |                                  | count is 17."
+      | then another value after a copula     |                                  |
+  G6  | math mode: empty set notations        | one set, not {0}                 | "\\varnothing" == "\\{ \\}"
+      |   set difference                      | as math-verify reads \\setminus   | "\\mathbb{R} \\backslash \\{0\\}"
+      |   a ground truth that is an equation  | a value without "=" is wrong     | "0" != "a + z = 0";
+      |                                       | unless it assigns one variable   | "5" == "x = 5"
+  G7  | math mode: an answer too expensive to | malformed, before parsing; the   | "\\binom{10^7}{5 \\cdot 10^6}",
+      | evaluate (see MAX_VALUE_DIGITS ff.)   | time limit covers the whole call | "9^{9^{9^{9}}}", "100000!"
+
+A frame (G3) is words, variables ("$a_{10}$", "$m+n$", "$2a$": no value of their own), Greek
+letters and text commands up to the value. It hedges with "maybe", "probably", "approximately",
+"would", "if", "or", "at least", "than", "is not" and their kin anywhere in it, and changes the value
+when the word right before it is one of "about", "over", "under", "of", "by", "twice", "half",
+"squared", "not", "plus", "minus", ...; number words in it must spell the value. Working (G4) is text
+with digits that does not itself read as a value; it is cut before the value is read, so it can
+hold numbers without adding candidates ("the stated value is the first number"). A bracket or item
+that is a value of its own ("18 (19)", "18, 19 eggs", "18, as well as 19", "x = 1, y = 2") stays a
+second value, and one that hedges ("18 (or 19)", "18, maybe 19") is refused. Boxes inside an
+"Answer:" line are wrappers too (G2): the line is read with their contents in place, so "\\boxed{12}
+or 13" is two values; when the words around the boxes state nothing (no digit, hedge or value
+word), the boxes alone are the value, as before (deviation 8).
+
 How the "dapo" mode departs from the official rule, with the case that motivated each change:
 
  1. The whole response is searched, not its last 300 characters.
@@ -40,7 +105,7 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     "1,000 000" and "12 13" are not groupings: a list is never read as one number.
  7. A response with no "Answer:" line is judged on its last box (deviation 13 lists the spellings).
     "... so the answer is \\boxed{13}." : official wrong.
- 8. A box inside the answer line is the value, whatever the words around it.
+ 8. A box inside the answer line is the value, read with the words around it (G2, G3).
     "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
  9. Units and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "\\$13", "13\\%",
     degrees in every spelling ("13^\\circ", "13^{\\circ}", "13\\degree", "13\\textdegree", "13°"),
@@ -168,8 +233,38 @@ never used: it calls sympy's parse_expr, i.e. eval(). Departures from math-verif
 29. Time: a prediction nested more than MAX_NESTING_DEPTH brackets deep or of more than
     MAX_ANSWER_TOKENS tokens is malformed before it reaches the parser, which would take seconds
     on it (a \\frac nested 90 deep ran into the time limit); see the two constants for the
-    measurements. A timeout kills its worker, and one spare worker is kept started ahead, so the
-    next call takes it ready instead of waiting 2-4 s for a worker to start.
+    measurements. A timeout kills its worker, and spare workers are kept started ahead, so the
+    next call takes one ready instead of waiting 2-4 s for a worker to start.
+
+Added in dapo-verifier-4 (the grammar above; each kind has its table of cases and its properties in
+tests/test_verifier_grammar.py):
+
+30. End-of-turn tokens end the response (G1): "Answer: 12<|im_end|>" (dapo-verifier-3: malformed).
+31. A sentence frame around the one value (G3): "Final Answer: The largest $n$ is 34." (was malformed).
+32. Working after the value (G4): "Answer: 18 (3 boxes of 6 eggs)" states 18, the first number
+    (was malformed; the official rule compares "18(3boxesof6eggs)").
+33. Trailing LaTeX line breaks and spacing (G2): "Answer: $24$ \\\\" (was malformed).
+34. "{,}" groups with stray spaces (G2): "18 {, }936" is 18936, as the official rule reads it (was
+    multiple_answers).
+35. Congruences (G2): "x \\equiv 3 \\pmod 7", "3 \\bmod 7", "3 \\mod 7", "3 (mod 7)" state 3; the
+    modulus is never the answer (was malformed). Math mode drops the modulus when the ground truth
+    has none.
+36. A box the text takes back (G5): "... would be \\boxed{19}, but two are invalid, so the actual
+    count is 17." is multiple_answers (was correct for 19: a false positive). So is an "Answer:"
+    line the text after it takes back. "=" and ":" restate nothing here: a check after the answer
+    ("19 = 10 + 9") takes nothing back.
+37. Boxes are read with the words around them (G2): "Answer: \\boxed{12} or 13" is multiple_answers
+    (was correct for 12: the words beside a box were not read).
+38. Math mode, sets and relations (G6): "\\varnothing", "\\emptyset", "\\{\\}", "\\{ \\}", "∅" are one
+    set (math-verify 0.9.0: "\\varnothing" != "\\emptyset"); "\\backslash" is "\\setminus"; a value
+    without "=" against a ground truth that is an equation is wrong unless the equation assigns one
+    variable ("0" against "a + z = 0": math-verify says equal, comparing right-hand sides).
+39. Time (G7): an answer whose value would take sympy seconds to build or expand is refused before
+    parsing (MAX_VALUE_DIGITS, MAX_FACTORIAL_ARGUMENT, MAX_EXPANSION_TERMS, MAX_SERIES_TERMS,
+    MAX_SERIES_WORK, each with its measurement): binomials of ten-million-scale arguments, towers of
+    exponents, huge factorials (they ran into the 2 s limit). The time limit covers the whole
+    call: the wait for a free worker and the kill after a timeout included (TIMEOUT_MARGIN_S), and
+    SPARE_WORKERS spares are kept, so the call after a timeout does not wait for a worker to start.
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -199,7 +294,7 @@ from typing import NamedTuple
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-3"
+VERSION = "dapo-verifier-4"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".
@@ -354,8 +449,9 @@ _CONTRAST = re.compile(
 _HYPOTHETICAL = re.compile(rb"(?i)(?<![A-Za-z])(?:would|if|were|suppose|supposing|assuming|naively|had)(?![A-Za-z])")
 _RESTATED = re.compile(
     rb"(?i)(?<![A-Za-z])(?:is|are|was|were|be|been|equals?|equal\s+to|gives?|get|gets|got|obtain(?:s|ed)?"
-    rb"|yields?|yielding|makes?|making|becomes?|totals?|total\s+of|giving|leaves|leaving|to\s+get)\s+(?:(?:actually|just|only|exactly|really|then|now|still|therefore"
-    rb"|thus|so|indeed|the|a|an|answer|of)\s+){0,3}(?:\$|\\\(|\\boxed\{|\*\*)*\s*"
+    rb"|yields?|yielding|makes?|making|becomes?|totals?|total\s+of|giving|leaves|leaving|to\s+get)\s+"
+    rb"(?:(?:actually|just|only|exactly|really|then|now|still|therefore"
+    rb"|thus|so|indeed|the|a|an|answer|of)\s+){0,3}(?:[$`*{\s]|\\\(|\\[A-Za-z]+\s*\{)*"
     rb"([+-]?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?)(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])"
 )
 _SENTENCE_END = re.compile(rb"[.!?]\s|\n")
@@ -732,7 +828,10 @@ _SPACING_COMMAND = (
     r"\\(?:[,;:! ]|q?quad(?![A-Za-z])|hfill(?![A-Za-z])|newline(?![A-Za-z])|(?:small|med|big)skip(?![A-Za-z])"
     r"|noindent(?![A-Za-z])|[hv]space\*?\s*\{[^{}]{0,20}\})|~"
 )
-_EDGE_SPACING = re.compile(rf"^(?:\s|{_SPACING_COMMAND})+|(?:\s|\\\\(?:\[[^\[\]]{{0,20}}\])?|{_SPACING_COMMAND})+$")
+_EDGE_SPACING = re.compile(
+    rf"^(?:\s|{_SPACING_COMMAND})+"
+    rf"|(?:\s|\\\\(?:\[[^\[\]]{{0,20}}\])?|\\(?:text|mbox|mathrm)\s*\{{\s*[.,;:]?\s*\}}|{_SPACING_COMMAND})+$"
+)  # and "\text{.}" at the end
 
 
 def _peel(text: str) -> str:
@@ -757,7 +856,8 @@ def _peel(text: str) -> str:
         # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.");
         # G2: a comma, semicolon or colon that ends the text ("13;")
         if text.endswith((".", "\u3002", ",", ";", ":")) and not text.endswith(".."):
-            text = text[:-1]
+            slashes = len(text) - 1 - len(text[:-1].rstrip("\\"))
+            text = text[:-1] if slashes % 2 == 0 else text  # not the "," of "\\,", a space
         for opening, closing in _DELIMITERS:
             if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
                 text = text[len(opening) : -len(closing)]
@@ -900,6 +1000,9 @@ _UNIT_TERM = (
     rf"{_TEXT_WORD}{_UNIT_POWER}?(?:(?:\s*[/.\-]\s*|\s+){_TEXT_WORD}{_UNIT_POWER}?)*\s*\.?\s*\}}"
     rf"|(?:{_UNIT_WORD}|{_SI_LETTER})\s*/\s*(?:{_UNIT_WORD}|{_SI_LETTER})|{_UNIT_WORD}){_UNIT_POWER}?"
 )
+# A variable named after a word of the description: "34 is the largest such $n$" (never right after
+# the value, where "12 x" is a product).
+_NAMED_VARIABLE = r"[A-Za-z](?:_\{?[A-Za-z0-9]{1,4}\}?)?(?![A-Za-z])"
 _PHRASE_WORD = rf"(?!(?:{_NOT_IN_PHRASE})(?![A-Za-z]))[A-Za-z]+(?:['\-][A-Za-z]+)*"
 _PHRASE = rf"{_PHRASE_WORD}(?:\s+{_PHRASE_WORD}){{0,11}}"
 _GLOSS = rf"\s*[(\[]\s*{_PHRASE}\s*[)\]]"
@@ -914,7 +1017,7 @@ _NUMBER_ANSWER = re.compile(
        |(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?
     (?P<gloss>{_GLOSS})?                                            # "17 (seventeen) ways"
     (?:\s*{_MODULUS_TEXT})?                                        # "3 \pmod{7}" (G2)
-    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+){_UNIT_TERM}){{0,7}})?  # units, a description
+    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+)(?:{_UNIT_TERM}|{_NAMED_VARIABLE})){{0,7}})?  # units, a description
     (?P<gloss_after>{_GLOSS})?                                      # "36 (thirty-six)"
     (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, in all.", "17. I hope so."
     """,
@@ -1089,7 +1192,7 @@ def _read_statement(text: str) -> tuple[str | None, str, str]:
     (deviation 15); markup, math and spacing are peeled; a sentence frame before the value is
     checked and dropped (G3); working after the value is checked and dropped (G4); then the value,
     or the sides of an equation or congruence (deviation 26), are read."""
-    text = _before_clause(text)
+    text = _before_clause(_peel(text))  # peeled first: the clause may sit inside the wrappers
     raw = _peel(_LATEX_SPACE.sub(" ", _collapse_thousands(_peel(text))))
     if "$" in raw or "\\(" in raw:
         raw = _peel(_INNER_MATH.sub("", raw))
@@ -1134,16 +1237,20 @@ def _cut_working(text: str) -> tuple[str, list[str]]:
     """(text without the working after its value, the values that working restates) (G4).
 
     Working is what follows the value in brackets, "18 (3 boxes of 6 eggs)", or after a comma,
-    semicolon, dash or full stop, "18, 3 boxes of 6 eggs": text with numbers that does not itself
-    read as one value. It is never read, so it can add no candidate. Left in place, for the rules
-    that refuse them: a bracket or item without digits (a gloss or closing phrase, deviation 15),
-    one that hedges ("18 (or 19)", "18, maybe 19"), and a list item that is a value ("18, 19",
-    "x = 1, y = 2"). A bracket that is one value ("18 (19)") is taken out and its value returned,
-    to be compared with the value; a modulus in brackets ("3 (mod 7)") is taken out (G2).
+    semicolon, dash or full stop, "18, 3 boxes of 6 eggs": text with numbers, in digits or in two
+    or more number words ("three boxes of six"), that is no value of its own. It is never read, so
+    it can add no candidate. Left in place, for the rules that refuse them: a bracket or item with
+    at most one number word (a gloss or closing phrase, deviation 15), one that hedges ("18 (or
+    19)", "18, maybe 19"), and a list item that is a value ("18, 19", "18, as well as 19", and after
+    an equation another one, "x = 1, y = 2"). A bracket that restates a value ("18 (19)", "18 (= 3
+    \\times 6 = 18)") is taken out and its value returned, to be compared with the value; a modulus
+    in brackets ("3 (mod 7)") is taken out (G2).
     """
     first = _FIRST_DIGIT.search(text)
     if first is None or len(text) > MAX_ANSWER_CHARS:
         return text, []
+    if "(" in text or "[" in text:  # a bracket inside a text command: "18 \text{ (3 boxes of 6)}"
+        text = _INLINE_TEXT.sub(r"\1", text)
     restated: list[str] = []
     kept, at, depth, open_at = [], 0, 0, -1
     for i in range(first.end(), len(text)):  # brackets after the value, at the top level
@@ -1156,9 +1263,8 @@ def _cut_working(text: str) -> tuple[str, list[str]]:
             depth -= 1
             if depth == 0 and open_at >= 0:
                 inside = text[open_at + 1 : i]
-                if _FIRST_DIGIT.search(inside) and (_MODULUS.fullmatch(inside) or not _WORKING_HEDGE.search(inside)):
-                    if not _MODULUS.fullmatch(inside):
-                        restated += _values_stated(inside)
+                if _MODULUS.fullmatch(inside) or _is_working(inside):
+                    restated += [] if _MODULUS.fullmatch(inside) else _values_stated(inside, False, False)
                     kept.append(text[at:open_at].rstrip())
                     at = i + 1
                 open_at = -1
@@ -1167,9 +1273,17 @@ def _cut_working(text: str) -> tuple[str, list[str]]:
     separator = next((m for m in _WORKING_SEPARATOR.finditer(text, first.end()) if _depth(text, m.start()) == 0), None)
     if separator is not None:  # an item after a comma, dash or full stop, outside every bracket
         item = _WORKING_SEPARATOR.split(text[separator.end() :], 1)[0]
-        if _FIRST_DIGIT.search(item) and not _WORKING_HEDGE.search(item) and not _values_stated(item, True):
+        equation = _SIDES.search(text, 0, separator.start()) is not None  # "x = 1, y = 2": a list
+        if _is_working(item) and not _values_stated(item, True, equation):
             text = text[: separator.start()]
     return text, restated
+
+
+def _is_working(text: str) -> bool:
+    """True when text could be working (G4): numbers (digits, or two or more number words) and no
+    hedge."""
+    numbers = _FIRST_DIGIT.search(text) is not None or len(_spelled_numbers(text)) >= 2
+    return numbers and not _WORKING_HEDGE.search(text)
 
 
 def _depth(text: str, end: int) -> int:
@@ -1183,20 +1297,31 @@ def _depth(text: str, end: int) -> int:
     return depth
 
 
-def _values_stated(text: str, after_words: bool = False) -> list[str]:
+def _values_stated(text: str, after_words: bool, assignments: bool) -> list[str]:
     """The values a bracket or list item states as a value of its own: itself ("19", "19 eggs",
-    "total 19"), or a side of its equation ("y = 13", "3 \\times 6 = 18"); [] for a description or
-    arithmetic ("3 boxes of 6 eggs", "6 \\times 3"). after_words (a list item): also after any words
-    that open it ("18, as well as 19")."""
+    "total 19"), or a side of an equation whose other sides hold no letter ("= 19", "3 \\times 6 =
+    18"); [] for a description or arithmetic ("3 boxes of 6 eggs", "6 \\times 3"). An equation of a
+    variable ("at x = 2") is a description too, unless `assignments` (the value was itself stated as
+    one: "x = 1, y = 2"). after_words (a list item): also a value after the words that open it
+    ("18, as well as 19")."""
+    text = _collapse_thousands(_INNER_MATH.sub("", text).strip())
+    sides = _SIDES.split(text)
+    if len(sides) > 1:
+        if not assignments and any(_LETTER.search(_LATEX_COMMAND.sub("", side)) for side in sides):
+            return []
+    else:
+        opening = (_LEADING_WORDS if after_words else _LEADING_CONNECTIVE).match(text)
+        sides = [text[opening.end() :] if opening else text]
     values = []
-    text = _INNER_MATH.sub("", text).strip()
-    opening = (_LEADING_WORDS if after_words else _LEADING_CONNECTIVE).match(text)
-    text = text[opening.end() :] if opening else text
-    for side in _SIDES.split(_collapse_thousands(text)):
+    for side in sides:
         reading = _read_number(_peel(side))
         if reading is not None and reading[0] is not None:
             values.append(reading[0])
     return values
+
+
+_LETTER = re.compile(r"[A-Za-z]")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 def _read_number(text: str) -> tuple[str | None, str, str] | None:
@@ -1636,8 +1761,10 @@ def _nesting_depth(text: str) -> int:
 # in one worker on a 2-core x86-64 machine, against the ground truth 13 (the limits keep every
 # accepted answer under about 0.2 s there, a tenth of the time limit):
 MAX_VALUE_DIGITS = 100_000  # digits of an exact number the answer builds: 2^{300000} (90,309 digits) 0.12 s
-MAX_FACTORIAL_ARGUMENT = 10_000  # n in n!, k in \binom{n}{k}: 20000! 0.01 s, 100000! 0.7 s, \binom{10^5}{5 \cdot 10^4} 1.7 s
-MAX_EXPANSION_TERMS = 40  # terms of a power of a sum: (x+1)^{39} 0.2 s, (x+y+z)^{10} (66 terms) 0.3 s, (x+y+z)^{20} 1.7 s
+# n in n!, k in \binom{n}{k}: 20000! 0.01 s, 100000! 0.7 s, \binom{10^5}{5 \cdot 10^4} 1.7 s
+MAX_FACTORIAL_ARGUMENT = 10_000
+# terms of a power of a sum: (x+1)^{39} 0.2 s, (x+y+z)^{10} (66 terms) 0.3 s, (x+y+z)^{20} (231) 1.7 s
+MAX_EXPANSION_TERMS = 40
 MAX_SERIES_TERMS = 100  # terms of a \sum or \prod with numeric bounds: \sum_{k=1}^{10^5} k 0.9 s
 # count x count x digits of a term, the work of a series of exact numbers (each step re-sizes the
 # running sum): \prod_{k=1}^{100} k 3e4, \sum_{k=1}^{1000} 1/k^3 1e7 (1.7 s), \sum_{k=1}^{1000} k^k 3e9 (over 20 s)
