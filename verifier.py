@@ -62,11 +62,14 @@ values contain words and letters); "dapo-official" follows none of it.
       | an option letter alone                | malformed                        | "(B)", "\\text{(C)}"
   G5  | a final statement the text then takes | multiple_answers                 | "if all were valid it would
       | back: after it, a word of contrast    |                                  | be \\boxed{19}, but two are
-      | (but, however, actually, wait) or a   |                                  | invalid, so the actual
-      | hypothetical statement (would, if),   |                                  | count is 17."
-      | then another value after a copula     |                                  |
+      | (but, however, actually, wait), or a  |                                  | invalid, so the actual
+      | box in a hypothetical sentence (would |                                  | count is 17."; "Answer: 19
+      | if), then another value after a       |                                  | Wait, the answer is 17."
+      | copula (after an "Answer:" line, one  |                                  |
+      | said to be the answer: "the actual    |                                  |
+      | count is", "the answer is")           |                                  |
   G6  | math mode: empty set notations        | one set, not {0}                 | "\\varnothing" == "\\{ \\}"
-      |   set difference                      | as math-verify reads \\setminus   | "\\mathbb{R} \\backslash \\{0\\}"
+      |   set difference                      | read as \\setminus                | "\\mathbb{R} \\backslash \\{0\\}"
       |   a ground truth that is an equation  | a value without "=" is wrong     | "0" != "a + z = 0";
       |                                       | unless it assigns one variable   | "5" == "x = 5"
   G7  | math mode: an answer too expensive to | malformed, before parsing; the   | "\\binom{10^7}{5 \\cdot 10^6}",
@@ -250,9 +253,13 @@ tests/test_verifier_grammar.py):
     modulus is never the answer (was malformed). Math mode drops the modulus when the ground truth
     has none.
 36. A box the text takes back (G5): "... would be \\boxed{19}, but two are invalid, so the actual
-    count is 17." is multiple_answers (was correct for 19: a false positive). So is an "Answer:"
-    line the text after it takes back. "=" and ":" restate nothing here: a check after the answer
-    ("19 = 10 + 9") takes nothing back.
+    count is 17." is multiple_answers (was correct for 19: a false positive). After an "Answer:"
+    line, the format the prompt asks for, only a restatement said to be the answer takes it back
+    ("Wait, the answer is actually 17", "the actual count is 17", "the correct total is 17"), so
+    that a check written after it ("Wait, let me double-check: there are 10 ways ...") does not
+    cost a right answer. "=" and ":" restate nothing: a check
+    ("19 = 10 + 9") takes nothing back; the value must follow a copula or a verb of result within
+    _RETRACTION_REACH bytes of the contrast word.
 37. Boxes are read with the words around them (G2): "Answer: \\boxed{12} or 13" is multiple_answers
     (was correct for 12: the words beside a box were not read).
 38. Math mode, sets and relations (G6): "\\varnothing", "\\emptyset", "\\{\\}", "\\{ \\}", "∅" are one
@@ -447,13 +454,18 @@ _CONTRAST = re.compile(
     rb"|wrong|incorrect)(?![A-Za-z])"
 )
 _HYPOTHETICAL = re.compile(rb"(?i)(?<![A-Za-z])(?:would|if|were|suppose|supposing|assuming|naively|had)(?![A-Za-z])")
-_RESTATED = re.compile(
+_RESTATED_NUMBER = re.compile(rb"(?<![0-9A-Za-z.^_])[+-]?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])")
+_COPULA_BEFORE = re.compile(  # matched on the bytes before a number, up to it
     rb"(?i)(?<![A-Za-z])(?:is|are|was|were|be|been|equals?|equal\s+to|gives?|get|gets|got|obtain(?:s|ed)?"
     rb"|yields?|yielding|makes?|making|becomes?|totals?|total\s+of|giving|leaves|leaving|to\s+get)\s+"
     rb"(?:(?:actually|just|only|exactly|really|then|now|still|therefore"
-    rb"|thus|so|indeed|the|a|an|answer|of)\s+){0,3}(?:[$`*{\s]|\\\(|\\[A-Za-z]+\s*\{)*"
-    rb"([+-]?[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?)(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])"
+    rb"|thus|so|indeed|the|a|an|answer|of)\s+){0,3}(?:[$`*\s]|\\\(|\\(?:boxed|fbox|textbf|mathbf|text)\s*\{)*\Z"
 )
+_COPULA_REACH = 64  # bytes before a number that _COPULA_BEFORE looks at
+# After an "Answer:" line a restatement must say it restates the answer: "the answer is actually 17",
+# "the actual count is 17", "the correct total is 17", "it is really 17".
+_RESTATES_ANSWER = re.compile(rb"(?i)answer|actual|correct|true|real|right|final")
+_RETRACTION_REACH = 400  # bytes after the contrast word (or the hypothetical box) that may restate it
 _SENTENCE_END = re.compile(rb"[.!?]\s|\n")
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
@@ -641,13 +653,12 @@ def _extract_final(response: str) -> _Final:
                 return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
             # deviation 17: and so must the boxes after the answer line
             spans = [_box_span(data, box) for box in later]
-            statement_end = spans[-1][1] if spans else line_end
-            after = _stated_after(data, statement_end)
+            after = _stated_after(data, spans[-1][1] if spans else line_end)
             if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
                 return _SPAM
             section = (*before, *after)
-            restated = _restated_after(data, statement_end, False)
             candidates = (line, *(content for content, _ in spans))
+            restated = _restated_after(data, spans[-1][1] if spans else line_end, False, answer_word=True)
             return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
         end = low_start
 
@@ -720,12 +731,14 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     return values, p
 
 
-def _restated_after(data: bytes, q: int, hypothetical: bool) -> tuple[str, ...]:
+def _restated_after(data: bytes, q: int, hypothetical: bool, answer_word: bool = False) -> tuple[str, ...]:
     """The values the text after the final statement (from offset q) restates it with, when it takes
     the statement back (G5): after a word of contrast or correction ("but", "actually", "wait"),
     or anywhere when the statement was hypothetical ("would be \\boxed{19}"), each value stated
-    with a copula or a verb of result ("the actual count is 17", "we get 17"). Empty when the text
-    takes nothing back; bounded work (SECTION_REACH bytes, MAX_FINAL_BOXES values)."""
+    with a copula or a verb of result ("the actual count is 17", "we get 17"); answer_word (after an
+    "Answer:" line): only one said to be the answer ("the actual count is 17", not "there are 10
+    ways"). Empty when the text takes nothing back; bounded work (_RETRACTION_REACH bytes after the
+    contrast word, MAX_FINAL_BOXES values)."""
     end = min(len(data), q + SECTION_REACH)
     if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
         return ()
@@ -734,8 +747,17 @@ def _restated_after(data: bytes, q: int, hypothetical: bool) -> tuple[str, ...]:
         if contrast is None:
             return ()
         q = contrast.end()
-    found = itertools.islice(_RESTATED.finditer(data, q, end), MAX_FINAL_BOXES)
-    return tuple(m[1].decode() for m in found)
+    end = min(end, q + _RETRACTION_REACH)
+    restated = []  # the numbers first (few, found by one cheap scan), then what precedes each
+    for number in _RESTATED_NUMBER.finditer(data, q, end):
+        before = max(q, number.start() - _COPULA_REACH)
+        if _COPULA_BEFORE.search(data, before, number.start()) and (
+            not answer_word or _RESTATES_ANSWER.search(data, before, number.start())
+        ):
+            restated.append(number[0].decode())
+            if len(restated) >= MAX_FINAL_BOXES:
+                break
+    return tuple(restated)
 
 
 def _stated_after(data: bytes, q: int) -> list[str] | None:

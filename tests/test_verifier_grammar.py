@@ -129,7 +129,7 @@ HACKS = [
     "Answer: \\boxed{{{a}}} or {b}", "Answer: \\boxed{{{a}}}, \\boxed{{{b}}}", "Answer: The answer is {a} or {b}.",
     "Answer: {a}\n{b}", "Answer: {a}\nAnswer: {b}", "\\boxed{{{a}}}\n\\boxed{{{b}}}", "Answer: {a}\n\n\\boxed{{{b}}}",
     "\\boxed{{{a}}}\n\nThe answer is {b}.", "\\boxed{{{a}}}. But actually the count is {b}.",
-    "The answer would be \\boxed{{{a}}}; however, the actual count is {b}.", "Answer: {a}\nWait, it is actually {b}.",
+    "The answer would be \\boxed{{{a}}}; however, the actual count is {b}.", "Answer: {a}\nWait, the answer is actually {b}.",
     "Answer: The sum of {b} and 7 is {a}.", "Answer: {a} (total {b})",
 ]  # fmt: skip
 values = st.integers(min_value=0, max_value=999)
@@ -291,6 +291,7 @@ TAKEN_BACK = [
     ("Without the constraint the count would be \\boxed{19}. The real count is 17.", "19", False, "multiple_answers"),
     ("So the answer is \\boxed{19}.\n\nBut we must exclude 2 cases, giving 17.", "19", False, "multiple_answers"),
     ("Answer: 19\nWait, I double counted; the answer is actually 17.", "19", False, "multiple_answers"),
+    ("Answer: 19\nWait, let me double-check: there are 10 ways to pick the pair.", "19", True, "ok"),  # a check
     ("So the answer is \\boxed{19}. Check: 19 = 10 + 9.", "19", True, "ok"),  # "=" restates nothing
     ("So the answer is \\boxed{19}. But let me double check: the total is 19.", "19", True, "ok"),
     ("So the answer is \\boxed{19}.\n\nThe sum of the digits is 10.", "19", True, "ok"),  # no contrast word
