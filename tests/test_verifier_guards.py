@@ -1,7 +1,9 @@
 """Tests of verifier.py's guards: code in model text is never executed, and expressions built to
-hang or explode the math parser come back in bounded time as verifier exceptions (timeout,
+hang or explode the math parser come back in bounded time: refused before parsing when their
+structure says they are expensive (G7 of verifier.py), else as verifier exceptions (timeout,
 parse_error), with the worker processes that make this possible (killed on a timeout, replaced in
-the background). The verdict tables are in tests/test_verifier.py and tests/test_verifier_kinds.py.
+the background, the wait for one counted in the time limit). The verdict tables are in
+tests/test_verifier.py, tests/test_verifier_kinds.py and tests/test_verifier_grammar.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_guards.py
 
@@ -12,6 +14,7 @@ it is asserted.
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing
 import sys
 import threading
@@ -269,3 +272,83 @@ def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypat
     assert verifier._idle_workers == before  # no half-made worker left behind
     monkeypatch.undo()
     assert score("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", mode="math").correct  # the next call starts its own
+
+
+# Answers too expensive to evaluate (G7): (prediction, refused before parsing). Refused ones never
+# reach a worker; each refused one ran into the 2 s time limit before (bench/bench_verifier.py).
+COSTLY = [
+    ("\\binom{10000000}{5000000}", True),
+    ("\\dbinom{10^{7}}{5 \\cdot 10^{6}}", True),
+    ("\\binom{100000}{50000}", True),
+    ("9^{9^{9^{9}}}", True),  # a tower
+    ("3^{3^{3^{3}}}", True),
+    ("10^{10^{10}} - 10^{10^{10}}", True),
+    ("100000!", True),
+    ("(10^{6})!", True),
+    ("100!!!!!!", True),
+    ("2^{1000000}", True),
+    ("(x+1)^{1000}", True),  # expanding a power of a sum
+    ("(x+y+z)^{50}", True),
+    ("(1+\\sqrt{2})^{1000}", True),
+    ("\\sum_{k=1}^{10000000} k", True),
+    ("\\sum_{k=1}^{1000} k^{k}", True),
+    ("\\prod_{k=1}^{1000} (x+k)", True),
+    ("\\binom{2000}{1000}", False),  # what real answers hold stays
+    ("\\binom{10^{7}}{2}", False),
+    ("10000!", False),
+    ("2^{2^{2^{2^{2}}}}", False),  # 2^65536: 19,729 digits
+    ("2^{2023} - 1", False),
+    ("(x+1)^{20}", False),
+    ("x^{10^{10}}", False),  # a symbol's power: nothing to compute
+    ("\\sum_{k=1}^{n} k^{2}", False),
+    ("\\sum_{k=1}^{100} \\frac{1}{k}", False),
+    ("\\left(\\frac{3}{4}\\right)^{10}", False),
+]
+
+
+@pytest.mark.parametrize("pred, refused", COSTLY, ids=range(len(COSTLY)))
+def test_expensive_answers_are_refused_before_parsing(pred, refused, monkeypatch):
+    asked = []
+    monkeypatch.setattr(verifier, "_ask_math_worker", lambda request, timeout_s: asked.append(request) or
+                        {"status": "ok", "verdicts": [False] * len(request["preds"])})  # fmt: skip
+    start = time.monotonic()
+    s = score(f"Answer: {pred}", "7", mode="math")
+    assert time.monotonic() - start < STRING_HANG_GUARD_S  # string work only: a hang guard
+    if refused:
+        assert (s.reason, asked) == ("malformed", []) and "too expensive" in s.detail, s
+    else:
+        assert s.reason == "wrong" and len(asked) == 1, s
+
+
+def test_every_math500_answer_passes_the_structural_refusal():
+    """No real answer is refused: each MATH-500 ground truth, stated as a prediction, reaches the parser."""
+    lines = (Path(__file__).parent / "fixtures" / "math500_answers.jsonl").read_text().splitlines()
+    answers = [json.loads(line)["answer"] for line in lines if line.strip()]
+    assert len(answers) == 500
+    refused = [a for a in answers if verifier._cost_refusal(verifier._normalise_math(a)) is not None]
+    assert refused == []
+
+
+def test_a_call_waiting_for_a_starting_spare_returns_within_its_limit(monkeypatch):
+    """The time limit counts the wait for a worker (G7): with no worker idle and a spare still
+    starting, the call times out at its limit instead of waiting for the start (seconds)."""
+    with verifier._workers_lock:
+        idle, verifier._idle_workers[:] = list(verifier._idle_workers), []
+    monkeypatch.setattr(verifier, "_starting", 1)  # a spare on its way that never comes
+    monkeypatch.setattr(verifier, "_top_up_spares", lambda: None)
+    try:
+        start = time.monotonic()
+        reply = verifier._ask_math_worker({"truth": "1", "preds": ["1"]}, 0.3)
+        elapsed = time.monotonic() - start
+    finally:
+        with verifier._workers_lock:
+            verifier._idle_workers[:] = idle
+    assert reply["status"] == "timeout" and "no math worker free" in reply["detail"], reply
+    assert 0.3 <= elapsed < 0.3 + MATH_HANG_MARGIN_S  # not before the limit; a hang guard after it
+
+
+def test_structural_limits_are_documented_constants():
+    limits = (verifier.MAX_VALUE_DIGITS, verifier.MAX_FACTORIAL_ARGUMENT, verifier.MAX_EXPANSION_TERMS)
+    assert limits == (100_000, 10_000, 40)
+    assert (verifier.MAX_SERIES_TERMS, verifier.MAX_SERIES_WORK, verifier.SPARE_WORKERS) == (100, 10**6, 2)
+    assert 0 < verifier.TIMEOUT_MARGIN_S < 0.1
