@@ -400,12 +400,10 @@ MAX_ANSWER_LINES = 16
 SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
 _SPAM = _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
-_FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
 _MARKER_GAP = b" \t*_}"
 _MAX_MARKER_GAP = 8
 _BEFORE_COLON = frozenset(bytes([byte]) for byte in b"rR" + _MARKER_GAP)
-_GAP = re.compile(rb"[ \t*_}]{0,%d}" % _MAX_MARKER_GAP)
 # Before the value: spaces and line breaks, markdown "**" and "`", the "}" of "\text{Answer:}",
 # "~", "&" (an aligned environment), LaTeX spaces, and a display opened on a line of its own, "Answer:\n\[\n512\n\]"
 # (deviations 3, 14). An opener on the value's line stays, for _peel to match with its closer.
@@ -472,8 +470,7 @@ _LETTERS = tuple(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNO
 # After an "Answer:" line a restatement must say it restates the answer: "the answer is actually 17",
 # "the actual count is 17", "the correct total is 17", "it is really 17".
 _RESTATES_ANSWER = (b"answer", b"actual", b"correct", b"true", b"real", b"right", b"final")
-_RETRACTION_REACH = 400  # bytes after the contrast word (or the hypothetical box) that may restate it
-_SENTENCE_END = re.compile(rb"[.!?]\s|\n")
+_RETRACTION_REACH = 400  # bytes to the contrast word, and from it (or a hypothetical box) to the value
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 
@@ -602,9 +599,9 @@ def _extract_final(response: str) -> _Final:
 
     Works on UTF-8 bytes: `bytes.lower()` folds ASCII letters only, so offsets stay aligned and
     look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 18). Every search
-    is a C-speed `find`/`rfind`, and only the tail is lowered, a window at a time: the answer is
-    almost always in the last lines (the hot loop needs >= 50k responses/s). Earlier markers are
-    found from their colons (`_markers`), a memchr scan of the text before the final one.
+    is a C-speed `find`/`rfind`: the last marker is found from the last colons (the answer is
+    almost always in the last line; the hot loop needs >= 50k responses/s), and earlier markers
+    from their colons too (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
     start = 0
@@ -623,51 +620,51 @@ def _extract_final(response: str) -> _Final:
     if tags and (end_of_turn := _END_OF_TURN.search(data, start)) is not None:
         data = data[: end_of_turn.start()]
 
-    echoed, end, window_size = False, len(data), _FIRST_WINDOW
-    while end > start:  # windows [low_start, end) from the back; a marker may start anywhere in one
-        low_start = max(start, end - window_size)
-        window_size *= 4  # the first window is small: the marker is usually in the last line
-        window = data[low_start : end + 5].lower()  # + 5: a marker starting before `end` fits
-        hits_end = len(window)
-        while (i := window.rfind(b"answer", 0, hits_end)) >= 0:
-            hits_end = i + 5  # next: occurrences that start before this one
-            j = _GAP.match(data, low_start + i + 6).end()  # 6 == len("answer")
-            if data.startswith(b":", j):
-                j += 1
-            elif data.startswith(_FULLWIDTH_COLON, j):
-                j += len(_FULLWIDTH_COLON)
-            else:
-                continue  # "the answer is ..." in prose: not a marker
-            # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
-            j = _LEADING.match(data, j).end()
-            line_end = data.find(b"\n", j)
-            line_end = len(data) if line_end < 0 else line_end
-            line = data[j:line_end].decode("utf-8", "replace")
-            if _ECHO.match(line):
-                echoed = True  # deviation 11: the prompt's instruction, echoed back
-                continue
-            # deviation 20: the values of earlier markers; one memchr when there is no other colon
-            no_colon = data.find(b":", start, low_start + i) < 0 and response.isascii()
-            earlier = () if no_colon else _earlier_values(data, start, low_start + i)
-            if earlier is None:
-                return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
-            later = _box_starts(data, line_end, len(data))
-            if len(later) > MAX_FINAL_BOXES:
-                return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
-            # deviation 23: the values the final answer section states around it must agree with it
-            before, _ = _section_before(data, start, low_start + i)
-            if not later and line_end == len(data) and not before:  # the common case, kept cheap
-                return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
-            # deviation 17: and so must the boxes after the answer line
-            spans = [_box_span(data, box) for box in later]
-            after = _stated_after(data, spans[-1][1] if spans else line_end)
-            if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
-                return _SPAM
-            section = (*before, *after)
-            candidates = (line, *(content for content, _ in spans))
-            restated = _restated_after(data, spans[-1][1] if spans else line_end, False, answer_word=True)
-            return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
-        end = low_start
+    # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
+    # common case: the marker's own, in the last line); "answer" in any ASCII case before it.
+    echoed, hi, wide = False, len(data), not data.isascii()
+    while hi > start:
+        colon = data.rfind(b":", start, hi)
+        wide_colon = data.rfind(_FULLWIDTH_COLON, start, hi) if wide else -1
+        wide = wide_colon >= 0  # none before this one means none further back either
+        if colon < 0 and wide_colon < 0:
+            break
+        hi = max(colon, wide_colon)
+        if hi == colon and data[colon - 1 : colon] not in _BEFORE_COLON:
+            continue  # most colons follow a byte that can end neither "answer" nor a gap
+        i = _answer_before(data, start, hi)
+        if i < 0:
+            continue  # "ratio 3:2", "Note:": not a marker
+        j = hi + (1 if hi == colon else len(_FULLWIDTH_COLON))
+        # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
+        j = _LEADING.match(data, j).end()
+        line_end = data.find(b"\n", j)
+        line_end = len(data) if line_end < 0 else line_end
+        line = data[j:line_end].decode("utf-8", "replace")
+        if _ECHO.match(line):
+            echoed = True  # deviation 11: the prompt's instruction, echoed back
+            continue
+        # deviation 20: the values of earlier markers; one memchr when there is no other colon
+        no_colon = data.find(b":", start, i) < 0 and response.isascii()
+        earlier = () if no_colon else _earlier_values(data, start, i)
+        if earlier is None:
+            return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
+        later = _box_starts(data, line_end, len(data))
+        if len(later) > MAX_FINAL_BOXES:
+            return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
+        # deviation 23: the values the final answer section states around it must agree with it
+        before, _ = _section_before(data, start, i)
+        if not later and line_end == len(data) and not before:  # the common case, kept cheap
+            return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
+        # deviation 17: and so must the boxes after the answer line
+        spans = [_box_span(data, box) for box in later]
+        after = _stated_after(data, spans[-1][1] if spans else line_end)
+        if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
+            return _SPAM
+        section = (*before, *after)
+        candidates = (line, *(content for content, _ in spans))
+        restated = _restated_after(data, spans[-1][1] if spans else line_end, None)
+        return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
 
     last = _last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
@@ -679,9 +676,8 @@ def _extract_final(response: str) -> _Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(_box_contents(data, box) for box in _box_starts(data, line_start, section_start))
-        sentence_start = max([line_start, *(m.end() for m in _SENTENCE_END.finditer(data, line_start, last.start()))])
-        hypothetical = _HYPOTHETICAL.search(data, sentence_start, last.start()) is not None
-        restated = _restated_after(data, box_end, hypothetical)
+        sentence = max(line_start, data.rfind(b". ", line_start, last.start()) + 2, data.rfind(b"? ", line_start, last.start()) + 2)
+        restated = _restated_after(data, box_end, sentence)
         return _Final(
             candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line, restated=restated
         )
@@ -738,35 +734,38 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     return values, p
 
 
-def _restated_after(data: bytes, q: int, hypothetical: bool, answer_word: bool = False) -> tuple[str, ...]:
+def _restated_after(data: bytes, q: int, box_sentence: int | None) -> tuple[str, ...]:
     """The values the text after the final statement (from offset q) restates it with, when it takes
-    the statement back (G5): after a word of contrast or correction ("but", "actually", "wait"),
-    or anywhere when the statement was hypothetical ("would be \\boxed{19}"), each value stated
-    with a copula or a verb of result ("the actual count is 17", "we get 17"); answer_word (after an
-    "Answer:" line): only one said to be the answer ("the actual count is 17", not "there are 10
-    ways"). Empty when the text takes nothing back; bounded work (_RETRACTION_REACH bytes after the
-    contrast word, MAX_FINAL_BOXES values)."""
-    end = min(len(data), q + SECTION_REACH)
+    the statement back (G5): after a word of contrast or correction ("but", "actually", "wait")
+    within _RETRACTION_REACH bytes, each value stated with a copula or a verb of result within
+    _RETRACTION_REACH bytes of it ("the actual count is 17", "we get 17"). box_sentence: where the
+    sentence of a final box starts, None after an "Answer:" line. A box in a hypothetical sentence
+    ("if all were valid it would be \\boxed{19}") needs no contrast word; after an "Answer:" line,
+    only a value said to be the answer counts ("the actual count is 17", not "there are 10 ways").
+    Empty when the text takes nothing back; bounded work (MAX_FINAL_BOXES values)."""
+    end = min(len(data), q + 2 * _RETRACTION_REACH)
     if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
         return ()
-    if not hypothetical:
-        q = _after_contrast(data, q, end)
-        if q < 0:
-            return ()
-    end = min(end, q + _RETRACTION_REACH)
-    if answer_word and not any(word in data[q:end].lower() for word in _RESTATES_ANSWER):
+    low = data[q:end].lower()
+    answer_word = box_sentence is None
+    if answer_word and not any(word in low for word in _RESTATES_ANSWER):
         return ()  # after an "Answer:" line, the common case: a check that restates no answer
+    if box_sentence is None or not _HYPOTHETICAL.search(data, box_sentence, q):
+        after = _after_contrast(low[:_RETRACTION_REACH])
+        if after < 0:
+            return ()
+        q, low = q + after, low[after:]
+    end = min(end, q + _RETRACTION_REACH)
     restated = []  # the numbers first (few, found by one cheap scan), then what precedes each
     for number in _RESTATED_NUMBER.finditer(data, q, end):
-        if number.start() > 0 and data[number.start() - 1] in _NOT_BEFORE_A_NUMBER:
+        at = number.start()
+        if data[at - 1] in _NOT_BEFORE_A_NUMBER:
             continue  # inside a word or a number: "x2", "a_1", "1.5"
-        before = max(q, number.start() - _COPULA_REACH)
-        if not data[before : number.start()].rstrip(b" \t\n$`*({").endswith(_LETTERS):
-            continue  # the common case, cheaply: a number after a symbol ("= 10", "\\binom{5}") restates nothing
-        if _said_with_copula(data[before : number.start()]) and (
-            not answer_word or any(word in data[before : number.start()].lower() for word in _RESTATES_ANSWER)
-        ):
-            sign = data[number.start() - 1 : number.start()] if data[number.start() - 1 : number.start()] in (b"-", b"+") else b""
+        before = data[max(q, at - _COPULA_REACH) : at]
+        if not before.rstrip(b" \t\n$`*({").endswith(_LETTERS):
+            continue  # the common case, cheaply: after a symbol ("= 10", "\\binom{5}") nothing is restated
+        if _said_with_copula(before) and (not answer_word or any(w in before.lower() for w in _RESTATES_ANSWER)):
+            sign = data[at - 1 : at] if data[at - 1 : at] in (b"-", b"+") else b""
             restated.append((sign + number[0]).decode())
             if len(restated) >= MAX_FINAL_BOXES:
                 break
@@ -785,9 +784,9 @@ def _said_with_copula(text: bytes) -> bool:
     return bool(words) and (words[-1] in _COPULAS or tuple(words[-2:]) in _TWO_WORD_COPULAS)
 
 
-def _after_contrast(data: bytes, q: int, end: int) -> int:
-    """Where the first word of contrast or correction in data[q:end] ends (G5), else -1."""
-    low, first = data[q:end].lower(), -1
+def _after_contrast(low: bytes) -> int:
+    """Where the first word of contrast or correction in the lowered text ends (G5), else -1."""
+    first = -1
     for word in _CONTRAST_WORDS:
         i = low.find(word)
         while i >= 0 and (
@@ -796,7 +795,7 @@ def _after_contrast(data: bytes, q: int, end: int) -> int:
             i = low.find(word, i + 1)  # inside a longer word: "butter", "await"
         if i >= 0 and (first < 0 or i + len(word) < first):
             first = i + len(word)
-    return -1 if first < 0 else q + first
+    return first
 
 
 def _stated_after(data: bytes, q: int) -> list[str] | None:
@@ -2193,7 +2192,7 @@ class _MathWorker:
 # and the next call then takes a spare, ready, instead of waiting 2-4 s for a worker to start. Two,
 # so that the call after a timeout finds one ready even when the timed-out call had taken the last
 # idle one (its replacement is then still starting: 1.5-2.8 s seen on a loaded machine). Spares
-# start in background threads whenever a call takes a worker or a timeout kills one.
+# start in a background thread, one at a time, whenever a call takes a worker or a timeout kills one.
 SPARE_WORKERS = 2
 # Seconds kept back from a call's time limit for what follows a timeout (the kill, starting the
 # replacement's thread, returning), so that the call returns within the limit: measured at 2-4 ms
@@ -2248,13 +2247,17 @@ def _start_idle_worker() -> None:
             if worker is not None:
                 _idle_workers.append(worker)
             _workers_lock.notify_all()
+    if worker is not None:
+        _top_up_spares()  # the next spare, if one is still missing
 
 
 def _top_up_spares() -> None:
-    """Start spares in the background until SPARE_WORKERS workers are idle or starting (G7)."""
+    """Start a spare in the background when fewer than SPARE_WORKERS are idle and none is starting
+    (G7). One at a time: each start imports sympy and math-verify (seconds of CPU), and two at once
+    would slow the calls that run beside them; a spare that is ready starts the next."""
     with _workers_lock:
-        missing = SPARE_WORKERS - len(_idle_workers) - _starting
-    for _ in range(missing):
+        needed = _starting == 0 and len(_idle_workers) < SPARE_WORKERS
+    if needed:
         _start_spare()
 
 
