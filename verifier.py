@@ -352,6 +352,7 @@ class Score:
     detail: str = ""  # human-readable note for the CLI and logs (never used for the verdict)
 
 
+@functools.lru_cache(maxsize=4096)  # a Score is immutable: the same verdict is built once (the hot loop's ~1 us)
 def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> Score:
     return Score(correct, 1.0 if correct else -1.0, pred, reason, detail)
 
