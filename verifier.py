@@ -32,8 +32,9 @@ values contain words and letters); "dapo-official" follows none of it.
       |                                       | end-of-turn token (<|name|>,     | "12</s>", "12<|eot_id|>",
       |                                       | </s>, <eos>, <end_of_turn>)      | "12<|endoftext|>"
   G1  | the final statement                   | the last "Answer:" line, else    | deviations 7, 8, 13, 14, 20
-      |                                       | the last box; all values of the  | and 23
-      |                                       | final answer section must agree  |
+      |                                       | the last <answer>..</answer>,    | and 23; "<answer>18</answer>"
+      |                                       | else the last box; all values of |
+      |                                       | the final answer section agree   |
   G2  | transparent wrappers, nested in any   | the value they wrap:             |
       | order:  markup                        |                                  | "**13**", "`13`", "<b>13</b>"
       |         math delimiters, environments |                                  | "$13$", "\\(13\\)", "\\[13\\]"
@@ -243,6 +244,8 @@ Added in dapo-verifier-4 (the grammar above; each kind has its table of cases an
 tests/test_verifier_grammar.py):
 
 30. End-of-turn tokens end the response (G1): "Answer: 12<|im_end|>" (dapo-verifier-3: malformed).
+    Without an "Answer:" line, an "<answer>...</answer>" pair is the final statement, the format of
+    many GRPO recipes (was no_answer, or its last box); after one, such a pair must agree with it.
 31. A sentence frame around the one value (G3): "Final Answer: The largest $n$ is 34." (was malformed).
 32. Working after the value (G4): "Answer: 18 (3 boxes of 6 eggs)" states 18, the first number
     (was malformed; the official rule compares "18(3boxesof6eggs)").
@@ -651,11 +654,12 @@ def _extract_final(response: str) -> _Final:
         if earlier is None:
             return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
         later = _box_starts(data, line_end, len(data))
+        tag = _last_answer_tag(data, line_end)  # a tag after the line must agree with it, as a box must (17)
         if len(later) > MAX_FINAL_BOXES:
             return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
         # deviation 23: the values the final answer section states around it must agree with it
         before, _ = _section_before(data, start, i)
-        if not later and line_end == len(data) and not before:  # the common case, kept cheap
+        if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
             return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
         # deviation 17: and so must the boxes after the answer line
         spans = [_box_span(data, box) for box in later]
@@ -663,10 +667,20 @@ def _extract_final(response: str) -> _Final:
         if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
             return _SPAM
         section = (*before, *after)
-        candidates = (line, *(content for content, _ in spans))
+        candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
         restated = _restated_after(data, spans[-1][1] if spans else line_end, None)
         return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
 
+    tag = _last_answer_tag(data, start)
+    if tag is not None:  # G1: "<answer>18</answer>", with the boxes after it as candidates (17)
+        content, tag_start, tag_end = tag
+        before, _ = _section_before(data, start, tag_start)
+        later = _box_starts(data, tag_end, len(data))
+        after = _stated_after(data, tag_end)
+        if before is None or after is None or 1 + len(later) + len(before) + len(after) > MAX_FINAL_BOXES:
+            return _SPAM
+        candidates = (content, *(_box_contents(data, box) for box in later))
+        return _Final(candidates=candidates, section=(*before, *after), restated=_restated_after(data, tag_end, None))
     last = _last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
         content, box_end = _box_span(data, last)
@@ -685,6 +699,18 @@ def _extract_final(response: str) -> _Final:
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
+
+
+def _last_answer_tag(data: bytes, start: int) -> tuple[str, int, int] | None:
+    """(contents, start, end) of the last "<answer>...</answer>" pair in data[start:] (G1: the
+    format of many GRPO recipes, TRL's and maxtext's examples among them), else None."""
+    close = data.rfind(b"</answer>", start)
+    if close < 0:
+        return None
+    opening = data.rfind(b"<answer>", start, close)
+    if opening < 0 or close - opening > MAX_ANSWER_CHARS:
+        return None
+    return data[opening + len(b"<answer>") : close].decode("utf-8", "replace"), opening, close + len(b"</answer>")
 
 
 def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, int]:
@@ -764,7 +790,7 @@ def _restated_after(data: bytes, q: int, box_sentence: int | None) -> tuple[str,
             continue  # inside a word or a number: "x2", "a_1", "1.5"
         before = data[max(q, at - _COPULA_REACH) : at]
         if not before.rstrip(b" \t\n$`*({").endswith(_LETTERS):
-            continue  # the common case, cheaply: after a symbol ("= 10", "\\binom{5}") nothing is restated
+            continue  # the common case, cheaply: after a symbol ("= 10", "\binom{5}") nothing is restated
         if _said_with_copula(before) and (not answer_word or any(w in before.lower() for w in _RESTATES_ANSWER)):
             sign = data[at - 1 : at] if data[at - 1 : at] in (b"-", b"+") else b""
             restated.append((sign + number[0]).decode())
@@ -860,7 +886,7 @@ _STYLING = re.compile(
 )
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # HTML markup a chat model may emit around the value (deviation 3): "<code>13</code>", "<b>13</b>".
-_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
+_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt|answer)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
 _END_MATH = re.compile(r"\\end\{(?:equation|align|gather|displaymath|math)\*?\}")
 _BEGIN_MATH = re.compile(r"\\begin\{((?:equation|align|gather|displaymath|math)\*?)\}")
 _PLACEHOLDER = re.compile(
@@ -906,7 +932,7 @@ def _peel(text: str) -> str:
     """
     while True:
         before = text
-        if "\\" in text or "~" in text:  # G2: LaTeX spacing and line breaks at either end, "$24$ \\\\"
+        if "\\" in text or "~" in text:  # G2: LaTeX spacing and line breaks at either end, "$24$ \\"
             text = _EDGE_SPACING.sub("", text)
         text = text.strip().strip("*").strip()  # deviation 3: **13**
         inner = text.strip("`_").strip()  # deviation 3: `13`, ```13```, _13_; "___" stays a placeholder
@@ -914,11 +940,13 @@ def _peel(text: str) -> str:
             text = inner
         if text.startswith("<") and (html := _HTML_PAIR.fullmatch(text)):
             text = html[2]
+        if text.endswith("</answer>") and "<answer>" not in text:  # G1: "<answer>Answer: 18</answer>"
+            text = text[: -len("</answer>")]
         # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.");
         # G2: a comma, semicolon or colon that ends the text ("13;")
         if text.endswith((".", "\u3002", ",", ";", ":")) and not text.endswith(".."):
             slashes = len(text) - 1 - len(text[:-1].rstrip("\\"))
-            text = text[:-1] if slashes % 2 == 0 else text  # not the "," of "\\,", a space
+            text = text[:-1] if slashes % 2 == 0 else text  # not the "," of "\,", a space
         for opening, closing in _DELIMITERS:
             if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
                 text = text[len(opening) : -len(closing)]
@@ -1049,7 +1077,8 @@ _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "
 # the residue before it is the value, the modulus never is.
 _MODULUS_TEXT = (
     r"\(?\s*(?:\\(?:text|mathrm|textrm|operatorname|rm)\s*\{\s*mod(?:ulo)?\s*\}|\\[bp]?mod(?![A-Za-z])"
-    r"|mod(?:ulo)?(?![A-Za-z]))\s*(?:\{[^{}]{1,20}\}|[0-9A-Za-z]{1,20}(?:\^\s*(?:\{[0-9]{1,4}\}|[0-9]))?)\s*\)?"
+    r"|mod(?:ulo)?(?![A-Za-z]))\s*(?:\{(?P<modulus>[^{}]{1,20})\}|(?P<modulus_bare>[0-9A-Za-z]{1,20}"
+    r"(?:\^\s*(?:\{[0-9]{1,4}\}|[0-9]))?))\s*\)?"
 )
 _MODULUS = re.compile(_MODULUS_TEXT)
 _UNIT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]{{2,}}"
@@ -1626,7 +1655,9 @@ _MATH_REWRITES = (
 _EMPTY_SET = re.compile(
     r"\\(?:varnothing|emptyset|O)(?![A-Za-z])|\\\{\s*\\\}|\\text\{\s*(?:the\s+)?empty\s+set\s*\}"
 )
-_SET_DIFFERENCE = re.compile(r"\\(?:backslash|smallsetminus)(?![A-Za-z])")
+_SET_DIFFERENCE = re.compile(  # and a minus sign between a set and a set written out: "\mathbb{R} - \{0\}"
+    r"\\(?:backslash|smallsetminus)(?![A-Za-z])|(?:(?<=[)\]])|(?<=\\\})|(?<=\\mathbb\{[A-Z]\}))\s*-\s*(?=\\\{)"
+)
 # Alternatives and both signs; accepted only when the ground truth is a set of values too
 # (deviation 22): a list, "\\pm 12", "1 or 2". An ellipsis only when the ground truth has one.
 _MATH_ALTERNATIVES = re.compile(r"\bor\b|\beither\b|\\(?:lor|vee|pm|mp)(?![A-Za-z])|[\u00b1\u2213]")
@@ -1672,7 +1703,10 @@ def _normalise_math(text: str) -> str:
         if "\\" in text or "\u211d" in text or "real" in text.lower():
             text = _REPEATING.sub(_repeating_as_fraction, text)
             text = _HALF_LINE.sub(lambda m: _HALF_LINES[m[1]], _REALS.sub(r"\\mathbb{R}", text))
-            text = _SET_DIFFERENCE.sub(r"\\setminus", _EMPTY_SET.sub(r"\\emptyset", text))
+            text = _SET_DIFFERENCE.sub(r" \\setminus ", _EMPTY_SET.sub(r"\\emptyset", text))
+            if "mod" in text:  # G2: one spelling of a modulus, "\pmod{7}": two congruences compare as strings
+                text = _MODULUS.sub(lambda m: f" \\pmod{{{(m['modulus'] or m['modulus_bare']).strip()}}}", text)
+                text = _SPACES.sub(" ", text.replace("\\equiv", " \\equiv ")).strip()
         if text == before:
             return text
 
@@ -1714,7 +1748,7 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     if len(text) > MAX_ANSWER_CHARS:
         return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
     pred = _normalise_math(text)
-    if "mod" in pred and "mod" not in truth and "\\equiv" not in truth:  # G2: "x \\equiv 3 \\pmod 7" states 3
+    if "mod" in pred and "mod" not in truth and "\\equiv" not in truth:  # G2: "x \equiv 3 \pmod 7" states 3
         pred = _SPACES.sub(" ", _MODULUS.sub(" ", pred).replace("\\equiv", "=")).strip()
     if not pred:
         return None, "empty_answer", ""

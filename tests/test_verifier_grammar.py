@@ -197,6 +197,19 @@ END_TOKENS = [
     ("Answer: 1 <|x|> 2", "1", False, "multiple_answers"),  # a one-letter name is no special token
 ]
 
+# G1: an "<answer>...</answer>" pair is a final statement (GRPO recipes' format)
+ANSWER_TAGS = [
+    ("<reasoning>2 x 9</reasoning>\n<answer>18</answer>", "18", True, "ok"),
+    ("<answer> 18 </answer>", "18", True, "ok"),
+    ("<answer>\n\\boxed{18}\n</answer><|im_end|>", "18", True, "ok"),
+    ("<answer>Answer: 18</answer>", "18", True, "ok"),
+    ("<answer>The answer is 18 eggs.</answer>", "18", True, "ok"),
+    ("<answer>18</answer>", "19", False, "wrong"),
+    ("<answer>18 or 19</answer>", "18", False, "multiple_answers"),
+    ("<answer>18</answer>\n\\boxed{19}", "18", False, "multiple_answers"),  # a box after it must agree
+    ("Answer: 18\n<answer>19</answer>", "18", False, "multiple_answers"),
+]
+
 # G3: a sentence frame whose only value is the answer
 SENTENCES = [
     ("Final Answer: The largest $n$ is 34.", "34", True, "ok"),
@@ -309,7 +322,7 @@ BOXES_WITH_WORDS = [
 ]
 
 DAPO_GRAMMAR = (
-    END_TOKENS + SENTENCES + WORKING_AFTER + TRAILING_SPACING + SPACED_GROUPS + CONGRUENCES + TAKEN_BACK
+    END_TOKENS + ANSWER_TAGS + SENTENCES + WORKING_AFTER + TRAILING_SPACING + SPACED_GROUPS + CONGRUENCES + TAKEN_BACK
     + BOXES_WITH_WORDS
 )  # fmt: skip
 
@@ -390,7 +403,7 @@ def test_property_a_bare_value_never_states_an_equation(a, b, c, letter):
 
 
 def test_every_table_has_five_rows_and_known_reasons():
-    tables = [END_TOKENS, SENTENCES, WORKING_AFTER, TRAILING_SPACING, SPACED_GROUPS, CONGRUENCES, TAKEN_BACK,
+    tables = [END_TOKENS, ANSWER_TAGS, SENTENCES, WORKING_AFTER, TRAILING_SPACING, SPACED_GROUPS, CONGRUENCES, TAKEN_BACK,
               BOXES_WITH_WORDS, EMPTY_SET, SET_DIFFERENCE, RELATIONS]  # fmt: skip
     for table in tables:
         assert len(table) >= 5 and {reason for *_, reason in table} <= set(REASONS)
