@@ -458,7 +458,8 @@ _CONTRAST_WORDS = (
     b"wrong", b"incorrect",
 )  # fmt: skip
 _HYPOTHETICAL = re.compile(rb"(?i)(?<![A-Za-z])(?:would|if|were|suppose|supposing|assuming|naively|had)(?![A-Za-z])")
-_RESTATED_NUMBER = re.compile(rb"[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])")  # digits first: fast
+# digits first, so that the scan is fast; the byte before is checked apart (_NOT_BEFORE_A_NUMBER)
+_RESTATED_NUMBER = re.compile(rb"[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])")
 _NOT_BEFORE_A_NUMBER = b"0123456789.^_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 # A value restated with a copula or a verb of result, up to three fillers between: "the actual count
 # is 17", "it is actually $\boxed{17}$", "we get 17". Checked on the words before a number.
@@ -467,7 +468,9 @@ _COPULAS = frozenset(
     b" makes make making becomes become totals total giving leaves leaving".split()
 )
 _TWO_WORD_COPULAS = frozenset({(b"equal", b"to"), (b"total", b"of"), (b"to", b"get")})
-_FILLERS = frozenset(b"actually just only exactly really then now still therefore thus so indeed the a an answer of".split())
+_FILLERS = frozenset(
+    b"actually just only exactly really then now still therefore thus so indeed the a an answer of".split()
+)
 _WRAPPER_TOKEN = re.compile(rb"(?:[$`*({]|\\\(|\\(?:boxed|fbox|textbf|mathbf|text))+")
 _COPULA_REACH = 64  # bytes before a number that _said_with_copula looks at
 _LETTERS = tuple(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
@@ -691,7 +694,8 @@ def _extract_final(response: str) -> _Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(_box_contents(data, box) for box in _box_starts(data, line_start, section_start))
-        sentence = max(line_start, data.rfind(b". ", line_start, last.start()) + 2, data.rfind(b"? ", line_start, last.start()) + 2)
+        full_stop = max(data.rfind(b". ", line_start, last.start()), data.rfind(b"? ", line_start, last.start()))
+        sentence = max(line_start, full_stop + 2)  # where the box's sentence starts (G5)
         restated = _restated_after(data, box_end, sentence)
         return _Final(
             candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line, restated=restated
@@ -1107,7 +1111,7 @@ _NUMBER_ANSWER = re.compile(
        |(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?
     (?P<gloss>{_GLOSS})?                                            # "17 (seventeen) ways"
     (?:\s*{_MODULUS_TEXT})?                                        # "3 \pmod{7}" (G2)
-    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+)(?:{_UNIT_TERM}|{_NAMED_VARIABLE})){{0,7}})?  # units, a description
+    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+)(?:{_UNIT_TERM}|{_NAMED_VARIABLE})){{0,7}})?  # units, words
     (?P<gloss_after>{_GLOSS})?                                      # "36 (thirty-six)"
     (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, in all.", "17. I hope so."
     """,

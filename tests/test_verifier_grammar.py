@@ -129,15 +129,16 @@ HACKS = [
     "Answer: \\boxed{{{a}}} or {b}", "Answer: \\boxed{{{a}}}, \\boxed{{{b}}}", "Answer: The answer is {a} or {b}.",
     "Answer: {a}\n{b}", "Answer: {a}\nAnswer: {b}", "\\boxed{{{a}}}\n\\boxed{{{b}}}", "Answer: {a}\n\n\\boxed{{{b}}}",
     "\\boxed{{{a}}}\n\nThe answer is {b}.", "\\boxed{{{a}}}. But actually the count is {b}.",
-    "The answer would be \\boxed{{{a}}}; however, the actual count is {b}.", "Answer: {a}\nWait, the answer is actually {b}.",
+    "The answer would be \\boxed{{{a}}}; however, the actual count is {b}.",
+    "Answer: {a}\nWait, the answer is actually {b}.",
     "Answer: The sum of {b} and 7 is {a}.", "Answer: {a} (total {b})",
 ]  # fmt: skip
 values = st.integers(min_value=0, max_value=999)
+WRAPS = st.lists(st.sampled_from(["**{}**", "${}$", "\\textbf{{{}}}"]), max_size=2)
 
 
 @MANY
-@given(values, values, st.sampled_from(HACKS), st.lists(st.sampled_from(["**{}**", "${}$", "\\textbf{{{}}}"]), max_size=2),
-       st.sampled_from(["", "<|im_end|>", "\\\\"]))  # fmt: skip
+@given(values, values, st.sampled_from(HACKS), WRAPS, st.sampled_from(["", "<|im_end|>", "\\\\"]))
 def test_property_several_values_are_refused_whatever_wraps_them(a, b, hack, layers, end):
     assume(a != b)
     assume(b != 1 or "{wb}" not in hack)  # a lone "one" is a pronoun ("81, the only one": deviation 15)
@@ -368,6 +369,7 @@ SET_DIFFERENCE = [
     ("Answer: \\mathbb{R} \\backslash \\{0\\}", "\\mathbb{R} \\setminus \\{0\\}", True, "ok"),
     ("Answer: (-\\infty, 0) \\cup (0, \\infty)", "\\mathbb{R} \\backslash \\{0\\}", True, "ok"),
     ("Answer: \\mathbb{R} \\smallsetminus \\{0\\}", "\\mathbb{R} \\setminus \\{0\\}", True, "ok"),
+    ("Answer: \\mathbb{R} - \\{0\\}", "(-\\infty, 0) \\cup (0, \\infty)", True, "ok"),  # a minus between sets
     ("Answer: \\mathbb{R} \\setminus \\{1\\}", "\\mathbb{R} \\backslash \\{0\\}", False, "wrong"),
     ("Answer: \\mathbb{R}", "\\mathbb{R} \\setminus \\{0\\}", False, "wrong"),
 ]
@@ -382,6 +384,9 @@ RELATIONS = [
     ("Answer: x = 2", "x - 2 = 0", True, "ok"),  # relation against relation: math-verify decides
     ("Answer: a + z = 0", "a + z = 0", True, "ok"),
     ("Answer: x \\equiv 3 \\pmod 7", "3", True, "ok"),  # G2: the modulus dropped when the truth has none
+    ("Answer: x \\equiv 3 \\pmod{7}", "x \\equiv 3 \\pmod 7", True, "ok"),  # one spelling of the modulus
+    ("Answer: x \\equiv 3 \\pmod{8}", "x \\equiv 3 \\pmod 7", False, "wrong"),
+    ("Answer: 3", "x \\equiv 3 \\pmod 7", False, "wrong"),  # a residue alone does not state the congruence
 ]
 
 
@@ -403,8 +408,8 @@ def test_property_a_bare_value_never_states_an_equation(a, b, c, letter):
 
 
 def test_every_table_has_five_rows_and_known_reasons():
-    tables = [END_TOKENS, ANSWER_TAGS, SENTENCES, WORKING_AFTER, TRAILING_SPACING, SPACED_GROUPS, CONGRUENCES, TAKEN_BACK,
-              BOXES_WITH_WORDS, EMPTY_SET, SET_DIFFERENCE, RELATIONS]  # fmt: skip
+    tables = [END_TOKENS, ANSWER_TAGS, SENTENCES, WORKING_AFTER, TRAILING_SPACING, SPACED_GROUPS, CONGRUENCES,
+              TAKEN_BACK, BOXES_WITH_WORDS, EMPTY_SET, SET_DIFFERENCE, RELATIONS]  # fmt: skip
     for table in tables:
         assert len(table) >= 5 and {reason for *_, reason in table} <= set(REASONS)
     assert verifier.VERSION == "dapo-verifier-4"
