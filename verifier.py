@@ -1163,7 +1163,7 @@ _FIRST_DIGIT = re.compile(r"[0-9]")
 _WORKING_HEDGE = re.compile(
     r"(?<![A-Za-z])(?:or|and|either|maybe|perhaps|possibly|probably|approximately|approx|about|around|roughly"
     r"|nearly|almost|not|least|most|than|also|alternatively|else|otherwise|instead|actually|wait|wrong|incorrect"
-    r"|guess)(?![A-Za-z])|\\(?:approx|pm|mp|neq?|leq?|geq?|sim|lor|vee)(?![A-Za-z])|[<>?\u2248\u00b1\u2260]",
+    r"|guess|if|unless|except)(?![A-Za-z])|\\(?:approx|pm|mp|neq?|leq?|geq?|sim|lor|vee)(?![A-Za-z])|[<>?\u2248\u00b1\u2260]",
     re.IGNORECASE,
 )
 _WORKING_SEPARATOR = re.compile(r"\s*(?:[,;\u2014\u2013]|\s-{1,3}\s|\.\s)\s*")

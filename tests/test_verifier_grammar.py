@@ -246,6 +246,7 @@ WORKING_AFTER = [
     ("Answer: 18 (19 eggs)", "19", False, "multiple_answers"),
     ("Answer: 18 (or 19)", "18", False, "multiple_answers"),
     ("Answer: 18 (maybe 19)", "18", False, "malformed"),
+    ("Answer: 18 (19 if the boxes hold 6)", "18", False, "malformed"),  # a value under a condition
     ("Answer: 18, 19", "18", False, "multiple_answers"),
     ("Answer: 18, and 19", "19", False, "multiple_answers"),
     ("Answer: 18, nineteen", "18", False, "multiple_answers"),
