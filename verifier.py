@@ -1163,7 +1163,8 @@ _FIRST_DIGIT = re.compile(r"[0-9]")
 _WORKING_HEDGE = re.compile(
     r"(?<![A-Za-z])(?:or|and|either|maybe|perhaps|possibly|probably|approximately|approx|about|around|roughly"
     r"|nearly|almost|not|least|most|than|also|alternatively|else|otherwise|instead|actually|wait|wrong|incorrect"
-    r"|guess|if|unless|except)(?![A-Za-z])|\\(?:approx|pm|mp|neq?|leq?|geq?|sim|lor|vee)(?![A-Za-z])|[<>?\u2248\u00b1\u2260]",
+    r"|guess|if|unless|except)(?![A-Za-z])"
+    r"|\\(?:approx|pm|mp|neq?|leq?|geq?|sim|lor|vee)(?![A-Za-z])|[<>?\u2248\u00b1\u2260]",
     re.IGNORECASE,
 )
 _WORKING_SEPARATOR = re.compile(r"\s*(?:[,;\u2014\u2013]|\s-{1,3}\s|\.\s)\s*")
@@ -1856,17 +1857,17 @@ def _nesting_depth(text: str) -> int:
 # An answer short to write can be expensive to evaluate: sympy computes a product, power, factorial
 # or binomial of integers exactly as soon as it is parsed, and expands powers of sums while
 # comparing. _cost_refusal bounds that work from the answer's structure, before any parsing, so such
-# answers come back as malformed in microseconds instead of running into the time limit. Measured
-# in one worker on a 2-core x86-64 machine, against the ground truth 13 (the limits keep every
-# accepted answer under about 0.2 s there, a tenth of the time limit):
-MAX_VALUE_DIGITS = 100_000  # digits of an exact number the answer builds: 2^{300000} (90,309 digits) 0.12 s
-# n in n!, k in \binom{n}{k}: 20000! 0.01 s, 100000! 0.7 s, \binom{10^5}{5 \cdot 10^4} 1.7 s
+# answers come back as malformed in microseconds instead of running into the time limit. Each limit
+# with the parse-and-compare time of inputs on both sides of it, against the ground truth 13, from
+# `bench/bench_verifier.py --limits` (2026-12-01, 2 x86-64 cores shared with other jobs, load 4-6):
+MAX_VALUE_DIGITS = 100_000  # digits of an exact number built: 2^{300000} (90,309) 0.09 s, 10^{10^{6}} 0.9 s
+# n in n!, k in \binom{n}{k}: 10000! 0.11 s, 100000! 0.6 s, \binom{10^5}{5 \cdot 10^4} 2.7 s
 MAX_FACTORIAL_ARGUMENT = 10_000
-# terms of a power of a sum: (x+1)^{39} 0.2 s, (x+y+z)^{10} (66 terms) 0.3 s, (x+y+z)^{20} (231) 1.7 s
+# terms of a power of a sum: (x+1)^{39} 0.45 s, (x+y+z)^{10} (66 terms) 0.6 s, (x+y+z)^{20} (231) 2.0 s
 MAX_EXPANSION_TERMS = 40
-MAX_SERIES_TERMS = 100  # terms of a \sum or \prod with numeric bounds: \sum_{k=1}^{10^5} k 0.9 s
-# count x count x digits of a term, the work of a series of exact numbers (each step re-sizes the
-# running sum): \prod_{k=1}^{100} k 3e4, \sum_{k=1}^{1000} 1/k^3 1e7 (1.7 s), \sum_{k=1}^{1000} k^k 3e9 (over 20 s)
+MAX_SERIES_TERMS = 100  # terms of a \sum or \prod with numeric bounds: \sum_{k=1}^{10^5} k 1.2 s
+# count x count x digits of a term, the work of a series of exact numbers (each step re-sizes the running
+# sum): \prod_{k=1}^{100} k 3e4 (0.2 s), \sum_{k=1}^{1000} 1/k^3 1.1e7 (1.6 s), \sum_{k=1}^{1000} k^k 3e9 (over 20 s)
 MAX_SERIES_WORK = 10**6
 
 

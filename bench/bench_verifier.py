@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/bench_verifier.py                  # 10,000 responses per mode
     OMP_NUM_THREADS=1 python bench/bench_verifier.py --math-n 1000     # quicker: ~4 min -> ~25 s
+    OMP_NUM_THREADS=1 python bench/bench_verifier.py --limits          # the structural limits' measurements
 
 Responses are synthetic but realistic: real ground truths (and, where the file has them, problem
 texts) from the repository's fixtures by default, tests/fixtures/dapo_math_17k_64.jsonl
@@ -262,6 +263,32 @@ def interleaved_rates(modes, responses, truths, repeats: int, chunk: int = 250) 
             for mode in modes}
 
 
+# The measurements behind the structural limits of verifier.py (G7): inputs on each side of a limit,
+# timed in one worker with the refusal off, against the ground truth 13 (--limits).
+LIMIT_CASES = (
+    ("MAX_VALUE_DIGITS", ["2^{300000}", "2^{1000000}", "10^{10^{6}}"]),
+    ("MAX_FACTORIAL_ARGUMENT", ["10000!", "20000!", "100000!", "\\binom{20000}{10000}", "\\binom{100000}{50000}"]),
+    ("MAX_EXPANSION_TERMS", ["(x+1)^{39}", "(x+1)^{80}", "(x+y+z)^{7}", "(x+y+z)^{10}", "(x+y+z)^{20}",
+                             "(1+\\sqrt{2})^{100}", "(1+\\sqrt{2})^{1000}"]),
+    ("MAX_SERIES_TERMS, MAX_SERIES_WORK", ["\\prod_{k=1}^{100} k", "\\sum_{k=1}^{100} k^{k}", "\\prod_{k=1}^{100} (x+k)",
+                                          "\\sum_{k=1}^{100000} k", "\\sum_{k=1}^{1000} \\frac{1}{k^{3}}"]),
+)
+LIMIT_TIMEOUT_S = 10.0
+
+
+def limits() -> None:
+    """Print, per structural limit, each input's refusal (or none) and its parse-and-compare time."""
+    verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
+    for name, preds in LIMIT_CASES:
+        print(f"{name}:")
+        for pred in preds:
+            refusal = verifier._cost_refusal(verifier._normalise_math(pred))
+            t0 = time.perf_counter()
+            reply = verifier._ask_math_worker({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
+            elapsed = time.perf_counter() - t0
+            print(f"  {pred:34} {elapsed:7.3f} s  {reply['status']:8} {'refused' if refusal else 'accepted'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000, help="responses for the integer modes")
@@ -273,7 +300,14 @@ def main() -> None:
     parser.add_argument("--math-data", type=Path, default=MATH_DATA,
                         help="JSONL with LaTeX 'answer' (and optional 'problem') fields "
                         "(default: the repository's tests/fixtures/math500_answers.jsonl)")
+    parser.add_argument("--limits", action="store_true",
+                        help="only time the inputs behind verifier.py's structural limits (G7), refusal off")
     args = parser.parse_args()
+    if args.limits:
+        print(title_line("bench_verifier --limits"))
+        print(machine_line(f", usable cores {len(os.sched_getaffinity(0))}"))
+        limits()
+        return
     integer_rows, math_rows = read_rows(args.integer_data), read_rows(args.math_data)
 
     versions = {name: importlib.metadata.version(name) for name in ("math-verify", "sympy")}
