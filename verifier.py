@@ -539,6 +539,9 @@ def _box_span(data: bytes, box: re.Match) -> tuple[str, int]:
                 return "{", open_at
             return argument[1].decode("utf-8", "replace"), argument.end()
         open_at = opening.end() - 1
+    close = data.find(b"}", open_at, open_at + MAX_ANSWER_CHARS + 2)
+    if close >= 0 and data.find(b"{", open_at + 1, close) < 0:  # the common case: no brace inside
+        return data[open_at + 1 : close].decode("utf-8", "replace"), close + 1
     depth = 0
     for brace in _BRACE.finditer(data, open_at, open_at + MAX_ANSWER_CHARS + 2):
         depth += 1 if brace.group() == b"{" else -1
@@ -629,7 +632,7 @@ def _extract_final(response: str) -> _Final:
 
     # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
     # common case: the marker's own, in the last line); "answer" in any ASCII case before it.
-    echoed, hi, wide = False, len(data), not data.isascii()
+    echoed, hi, wide = False, len(data), not response.isascii()  # str.isascii: O(1)
     while hi > start:
         colon = data.rfind(b":", start, hi)
         wide_colon = data.rfind(_FULLWIDTH_COLON, start, hi) if wide else -1
@@ -657,7 +660,7 @@ def _extract_final(response: str) -> _Final:
         if earlier is None:
             return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
         later = _box_starts(data, line_end, len(data))
-        tag = _last_answer_tag(data, line_end)  # a tag after the line must agree with it, as a box must (17)
+        tag = _last_answer_tag(data, line_end) if tags else None  # a tag after the line must agree, as a box (17)
         if len(later) > MAX_FINAL_BOXES:
             return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
         # deviation 23: the values the final answer section states around it must agree with it
@@ -674,7 +677,7 @@ def _extract_final(response: str) -> _Final:
         restated = _restated_after(data, spans[-1][1] if spans else line_end, None)
         return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
 
-    tag = _last_answer_tag(data, start)
+    tag = _last_answer_tag(data, start) if tags else None
     if tag is not None:  # G1: "<answer>18</answer>", with the boxes after it as candidates (17)
         content, tag_start, tag_end = tag
         before, _ = _section_before(data, start, tag_start)
@@ -694,9 +697,7 @@ def _extract_final(response: str) -> _Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(_box_contents(data, box) for box in _box_starts(data, line_start, section_start))
-        full_stop = max(data.rfind(b". ", line_start, last.start()), data.rfind(b"? ", line_start, last.start()))
-        sentence = max(line_start, full_stop + 2)  # where the box's sentence starts (G5)
-        restated = _restated_after(data, box_end, sentence)
+        restated = _restated_after(data, box_end, (line_start, last.start()))
         return _Final(
             candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line, restated=restated
         )
@@ -765,23 +766,27 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     return values, p
 
 
-def _restated_after(data: bytes, q: int, box_sentence: int | None) -> tuple[str, ...]:
+def _restated_after(data: bytes, q: int, box_line: tuple[int, int] | None) -> tuple[str, ...]:
     """The values the text after the final statement (from offset q) restates it with, when it takes
     the statement back (G5): after a word of contrast or correction ("but", "actually", "wait")
     within _RETRACTION_REACH bytes, each value stated with a copula or a verb of result within
-    _RETRACTION_REACH bytes of it ("the actual count is 17", "we get 17"). box_sentence: where the
-    sentence of a final box starts, None after an "Answer:" line. A box in a hypothetical sentence
-    ("if all were valid it would be \\boxed{19}") needs no contrast word; after an "Answer:" line,
+    _RETRACTION_REACH bytes of it ("the actual count is 17", "we get 17"). box_line: (start of its
+    line, start of the box) for a final box, None after an "Answer:" line. A box in a hypothetical
+    sentence ("if all were valid it would be \\boxed{19}") needs no contrast word; after an "Answer:" line,
     only a value said to be the answer counts ("the actual count is 17", not "there are 10 ways").
     Empty when the text takes nothing back; bounded work (MAX_FINAL_BOXES values)."""
     end = min(len(data), q + 2 * _RETRACTION_REACH)
     if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
         return ()
     low = data[q:end].lower()
-    answer_word = box_sentence is None
+    answer_word = box_line is None
     if answer_word and not any(word in low for word in _RESTATES_ANSWER):
         return ()  # after an "Answer:" line, the common case: a check that restates no answer
-    if box_sentence is None or not _HYPOTHETICAL.search(data, box_sentence, q):
+    if box_line is not None:  # where the box's sentence starts, for the hypothetical test
+        line_start, box_start = box_line
+        full_stop = max(data.rfind(b". ", line_start, box_start), data.rfind(b"? ", line_start, box_start))
+        sentence = max(line_start, full_stop + 2)
+    if box_line is None or not _HYPOTHETICAL.search(data, sentence, box_start):
         after = _after_contrast(low[:_RETRACTION_REACH])
         if after < 0:
             return ()
@@ -834,6 +839,8 @@ def _stated_after(data: bytes, q: int) -> list[str] | None:
     "Answer: 19\\n18\\n17" states three values. None when there are more than MAX_FINAL_BOXES."""
     values: list[str] = []
     end = min(len(data), q + SECTION_REACH)
+    if _DIGIT.search(data, q, end) is None:  # the common case: no number after it, none stated
+        return values
     while q < end:
         line_end = data.find(b"\n", q, end)
         line_end = end if line_end < 0 else line_end
