@@ -778,19 +778,19 @@ def _restated_after(data: bytes, q: int, box_line: tuple[int, int] | None) -> tu
     end = min(len(data), q + 2 * _RETRACTION_REACH)
     if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
         return ()
-    low = data[q:end].lower()
     answer_word = box_line is None
-    if answer_word and not any(word in low for word in _RESTATES_ANSWER):
-        return ()  # after an "Answer:" line, the common case: a check that restates no answer
-    if box_line is not None:  # where the box's sentence starts, for the hypothetical test
+    if answer_word and not _says_answer(data[q:end].lower()):
+        return ()  # after an "Answer:" line, the common case: a check that says no value is the answer
+    hypothetical = False
+    if box_line is not None:  # the box's sentence, from its line's start or last full stop
         line_start, box_start = box_line
         full_stop = max(data.rfind(b". ", line_start, box_start), data.rfind(b"? ", line_start, box_start))
-        sentence = max(line_start, full_stop + 2)
-    if box_line is None or not _HYPOTHETICAL.search(data, sentence, box_start):
-        after = _after_contrast(low[:_RETRACTION_REACH])
+        hypothetical = _HYPOTHETICAL.search(data, max(line_start, full_stop + 2), box_start) is not None
+    if not hypothetical:
+        after = _after_contrast(data[q : q + _RETRACTION_REACH].lower())
         if after < 0:
-            return ()
-        q, low = q + after, low[after:]
+            return ()  # nothing is taken back
+        q += after
     end = min(end, q + _RETRACTION_REACH)
     restated = []  # the numbers first (few, found by one cheap scan), then what precedes each
     for number in _RESTATED_NUMBER.finditer(data, q, end):
@@ -800,12 +800,20 @@ def _restated_after(data: bytes, q: int, box_line: tuple[int, int] | None) -> tu
         before = data[max(q, at - _COPULA_REACH) : at]
         if not before.rstrip(b" \t\n$`*({").endswith(_LETTERS):
             continue  # the common case, cheaply: after a symbol ("= 10", "\binom{5}") nothing is restated
-        if _said_with_copula(before) and (not answer_word or any(w in before.lower() for w in _RESTATES_ANSWER)):
+        if _said_with_copula(before) and (not answer_word or _says_answer(before.lower())):
             sign = data[at - 1 : at] if data[at - 1 : at] in (b"-", b"+") else b""
             restated.append((sign + number[0]).decode())
             if len(restated) >= MAX_FINAL_BOXES:
                 break
     return tuple(restated)
+
+
+def _says_answer(low: bytes) -> bool:
+    """True when the lowered text says a value is the answer (_RESTATES_ANSWER, G5)."""
+    for word in _RESTATES_ANSWER:
+        if word in low:
+            return True
+    return False
 
 
 def _said_with_copula(text: bytes) -> bool:
