@@ -184,6 +184,14 @@ PARSER_BOMBS = (
 TIMEOUT_BOMB = "9^{9^{9^{9}}}"  # structurally small; its value has ~10^369693099 digits
 
 
+def _wait_for_spares() -> None:
+    """Until the math mode's spare workers are started (verifier.SPARE_WORKERS besides the one in use)."""
+    while len(verifier._idle_workers) < 1 + verifier.SPARE_WORKERS:  # hang guard: the runner's timeout
+        if not verifier._starting:
+            verifier._start_spare()
+        time.sleep(0.05)
+
+
 def guards(timeout_s: float) -> float:
     """Print the guards block (see the module docstring); return its slowest call, in seconds, the
     timeouts included (each must return within timeout_s: G7 of verifier.py)."""
@@ -198,10 +206,7 @@ def guards(timeout_s: float) -> float:
     worker = verifier._MathWorker()  # what a call would wait for without a spare
     start_up = time.perf_counter() - t0
     worker.kill()
-    while len(verifier._idle_workers) < 1 + verifier.SPARE_WORKERS:  # hang guard: the runner's timeout
-        if not verifier._starting:
-            verifier._start_spare()
-        time.sleep(0.05)
+    _wait_for_spares()
     refusal = verifier._cost_refusal
     verifier._cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
     try:
@@ -332,6 +337,7 @@ def main() -> None:
           "one core, timeout 2 s")
     print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  note")
     verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
+    _wait_for_spares()  # and its spares, whose start-up (seconds of CPU each) would slow the timed calls
     per_s, ours, slowest, where = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
     reasons = {}
     for s in ours:

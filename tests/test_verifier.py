@@ -1,8 +1,9 @@
 """Tests of verifier.py: one table per mode, the ground truths and modes a caller gets wrong, batch
 scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
 dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py, those of
-dapo-verifier-3 in tests/test_verifier_notation.py; the guards (code in model text never executed,
-bounded time on expressions built to hang, the parse limits, the spare worker) in
+dapo-verifier-3 in tests/test_verifier_notation.py, the final-answer grammar of dapo-verifier-4 in
+tests/test_verifier_grammar.py; the guards (code in model text never executed, bounded time on
+expressions built to hang, the parse and cost limits, the spare workers) in
 tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
