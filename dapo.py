@@ -561,7 +561,7 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
       - Aggregation: verl (compute_policy_loss_gspo, verl/trainer/ppo/core_algos.py) forces
         seq-mean-token-mean whatever loss_agg_mode says; PipelineRL weights each response by its
         length on purpose (pipelinerl/finetune/rl/__init__.py), TRL's token-level loss types by
-        accident (huggingface/trl#3823). Here another --loss_agg is refused (cli.py).
+        accident (huggingface/trl#3823). Here another --loss_agg is refused (plumbing/cli.py).
       - eps: the paper's 3e-4 / 4e-4 (section 5.1) suit a length-normalised ratio; recipes that
         keep PPO's 0.2 (NeMo-RL's GSPO recipe inherits ratio_clip 0.2) almost never clip.
       - The ratio: verl and SkyRL use the GSPO-token form; TRL, slime, NeMo-RL and OpenRLHF

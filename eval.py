@@ -7,7 +7,7 @@
     torchrun --nproc_per_node=8 eval.py --engine vllm --vllm_tp 8 --model DIR --data ... --out OUT   # one 8-GPU engine
     python eval.py compare A/report.json B/report.json                # paired: does A beat B?
     python eval.py frontier --models assets/tiny-base runs/default --k 1 2 4 8 16 32 --limit 256 --out DIR
-                                                  # more samples of the base or the trained policy? (frontier.py)
+                                                  # more samples of the base or the trained policy? (evaluation/frontier.py)
 
 Reading a training run (plots, diagnosis) is report.py's job; this file measures a model.
 
@@ -59,30 +59,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import cli
-import compare
-import frontier
-import paraphrase
-import distributed
-import plumbing
 import rollout
 import verifier
-from cli import F
-from estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
-                        paired_bootstrap, pass_at_k, problem_scores)
-from distributed import Dist, rank_seed, shard, unshard
-from plumbing import repo_commit
 from rollout import SamplingParams
-from task import Dataset, Task
+from task import Dataset, Task, load_task, task_spec
+from tasks import tiny
+from evaluation import compare, frontier, paraphrase, reports
+from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
+                                   paired_bootstrap, pass_at_k, problem_scores)
+from plumbing import cli, distributed, policy
+from plumbing.cli import F
+from plumbing.distributed import Dist, rank_seed, shard, unshard
+from plumbing.policy import repo_commit
 
-DEFAULT_MODEL = plumbing.DEFAULT_MODEL
-# The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
-# responses, scored by the official rule), for the report's "differs from the paper" list.
-PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
-                  "verifier": "dapo-official"}
-# AIME 2024 as the paper evaluated it: task.file_hash (sha256[:16]) of the official DAPO file
-# (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
-PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
+DEFAULT_MODEL = policy.DEFAULT_MODEL
 
 
 # --- plumbing: config ------------------------------------------------------------------------------
@@ -93,7 +83,11 @@ class EvalConfig:
     """Every setting of `python eval.py`. Empty / 0 means "what the checkpoint saved"."""
 
     model: str = F("", "HF model directory or a run directory (its final/ is used); '' = assets/tiny-base")
-    data: str = F("tiny", "'tiny', a .parquet (DAPO layout) or a .jsonl with problem/answer")
+    data: str = F("", "a name the task generates ('tiny'), a .parquet (DAPO layout) or a .jsonl with problem/answer; "
+                  "'' = the checkpoint's --eval_data ('tiny' without one)")
+    task: str = F("", "module:Class of the task that scores the answers (train.py --task); '' = the checkpoint's, else "
+                  "the task that generates --data, else task:Task")
+    task_args: str = F("", "the task's options, a JSON object ('' = the checkpoint's with its task, else {})")
     k: int = F(32, "[k] samples per problem (paper: 32 on AIME 2024)")
     temperature: float = F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = F(0.7, "nucleus top_p (paper evaluation 0.7)")
@@ -116,8 +110,8 @@ class EvalConfig:
     n_boot: int = F(compare.N_BOOT, "bootstrap resamples of the problems for each interval")
     ci_level: float = F(compare.CI_LEVEL, "coverage of the bootstrap intervals")
     paraphrases: str = F("", "also score paraphrases of the problems, same settings, and report the gap with a paired interval: "
-                              "'tiny' (tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
-                              "(paraphrase.py); '' = off")
+                              "'tiny' (tasks/tiny.py's rewordings; 'tiny:K' the first K styles) or a .jsonl of {id, problem|prompt} "
+                              "(evaluation/paraphrase.py); '' = off")
     out: str = F("", "directory for report.json and report.md ('' = print only)")
 
 
@@ -295,7 +289,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
     if greedy:
         metrics["greedy_gen_seconds"] = max(part[2] for part in parts)
     settings = {
-        "model": cfg.model or str(DEFAULT_MODEL.relative_to(plumbing.REPO)), "n_problems": len(records),
+        "model": cfg.model or str(DEFAULT_MODEL.relative_to(policy.REPO)), "n_problems": len(records),
         "n_samples": k, "k": k, "temperature": params.temperature, "top_p": params.top_p, "seed": seed,
         "max_new_tokens": params.max_new_tokens, "max_prompt_len": cfg.max_prompt_len, "instruction": cfg.instruction,
         "template_hash": task.template_hash(tokenizer, cfg), "verifier": cfg.verifier,
@@ -305,8 +299,44 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
         "maj_tie_rule": MAJ_TIE_RULE, "maj_equality": "string" if cfg.verifier != "math" else "math-verify (verifier.score)",
     }
-    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
+    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": reports.length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
+
+
+# --- measurements during a training run (train.py): held-out before and after, the probe set ------------------------------------------------
+
+
+def held_out(engine, tokenizer, data, cfg, task, dist: Dist, tag: str) -> dict:
+    """Held-out avg@k, pass@k, maj@k and lengths during training, as heldout/* metrics ({} without data).
+
+    cfg: train.Config (eval_k, eval_temperature, eval_top_p, max_response_len, seed,
+    heldout_seed_offset). The same settings and seed before and after training.
+    """
+    if not data:
+        return {}
+    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                            top_p=cfg.eval_top_p, seed=cfg.seed + cfg.heldout_seed_offset)
+    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
+    out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
+    out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
+    if dist.main:
+        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+    return out
+
+
+def probe(engine, tokenizer, data, cfg, task, dist: Dist, step: int, seed: int) -> tuple[dict, list[dict]]:
+    """The fixed probe set during training (held-out prompts that never enter training), sampled
+    with the held-out settings at request seed `seed`; returns probe/* metrics and one record per rollout."""
+    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
+                            top_p=cfg.eval_top_p, seed=seed)
+    res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist, keep_samples=True)
+    records = [{"step": step, "policy_version": step, "prompt_id": p["id"], "sample_index": si, "response": s["response"],
+                "ground_truth": p["answer"], "correct": s["correct"], "pred": s["pred"], "verifier_reason": s["reason"],
+                "response_tokens": s["tokens"], "finish_reason": s["finish_reason"], "seed": seed,
+                "verifier_version": verifier.VERSION} for p in res["per_problem"] for si, s in enumerate(p["samples"])]
+    m = res["metrics"]
+    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/mean_length": m["mean_length"],
+            "probe/n_problems": len(data), "time/probe": m["gen_seconds"]}, records
 
 
 def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -> tuple[dict, dict]:
@@ -332,33 +362,6 @@ def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -
     return metrics, {m: [float(lo[i]), float(hi[i])] for i, m in enumerate(names)}
 
 
-def length_table(records: list[dict], max_new_tokens: int) -> list[dict]:
-    """Accuracy by response length: four equal bins of the budget, then the truncated responses.
-
-    Returns rows {"bin", "samples", "share", "accuracy" (None for an empty bin)}.
-    """
-    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
-    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
-    trunc = np.array([t for r in records for t in r["truncated"]], dtype=bool)  # (P*k,)
-    edges = [round(max_new_tokens * q / 4) for q in range(5)]
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        last = hi == edges[-1]
-        sel = ~trunc & (lengths >= lo) & ((lengths <= hi) if last else (lengths < hi))  # (P*k,)
-        rows.append((f"[{lo}, {hi}{']' if last else ')'}", sel))
-    rows.append((f"truncated (hit {max_new_tokens})", trunc))
-    return [{"bin": name, "samples": int(sel.sum()), "share": float(sel.mean()),
-             "accuracy": float(correct[sel].mean()) if sel.any() else None} for name, sel in rows]
-
-
-def paper_deviations(settings: dict) -> list[str]:
-    """Each setting that differs from the paper's AIME 2024 avg@32 protocol, as 'name: ours (paper x)'."""
-    out = [f"{key}: {settings.get(key)!r} (paper {want!r})" for key, want in PAPER_PROTOCOL.items() if settings.get(key) != want]
-    if settings.get("dataset_hash") not in PAPER_DATASET_HASHES:
-        out.append(f"dataset: {settings.get('dataset')!r} (paper AIME 2024, one of {sorted(PAPER_DATASET_HASHES.values())})")
-    return out
-
-
 # --- plumbing: inputs ----------------------------------------------------------------------------------
 
 
@@ -369,7 +372,7 @@ def resolve_model(spec: str) -> Path:
         path = path / "final"
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
-                                f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(plumbing.REPO)}, built by `python tiny_base.py`)")
+                                f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(policy.REPO)}, built by `python -m tasks.tiny_base`)")
     return path
 
 
@@ -387,9 +390,10 @@ class ModelSettings:
     verifier: str = "dapo"
     skip_bad_rows: bool = False
     seed: int = 0
-    tiny_train_size: int = 20000
-    tiny_heldout_size: int = 256
-    tiny_heldout_seed: int = 0
+    task: str = ""
+    task_args: str = "{}"
+    data: str = "tiny"
+    eval_data: str = "tiny"
     trust_remote_code: bool = False
 
 
@@ -405,7 +409,8 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     saved = model_dir / "dapo_run.json"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}
     if saved.exists():
-        base = {k: v for k, v in json.loads(saved.read_text())["config"].items() if k in fields}
+        config = tiny.upgrade_config(json.loads(saved.read_text())["config"])  # a run from before --task: the same run
+        base = {k: v for k, v in config.items() if k in fields}
         source = str(saved)
     elif ecfg.max_new_tokens:
         base, source = {}, "defaults (no dapo_run.json)"
@@ -423,18 +428,6 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     return settings, source
 
 
-def resolve_data(spec: str) -> str:
-    """'tiny' or the path of an existing .jsonl / .parquet file.
-
-    Raises:
-        FileNotFoundError: anything else, naming the fix.
-    """
-    if spec == "tiny" or Path(spec).is_file():
-        return spec
-    raise FileNotFoundError(f"--data {spec!r}: no such file; pass 'tiny' or the path of a .jsonl/.parquet file (the "
-                            "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
-
-
 def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device, world: int = 1):
     """(engine, tokenizer) for --engine (rollout.resolve_engine: the same rule as train.py).
 
@@ -444,56 +437,14 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     (answers are sampled at --temperature and --top_p only); the ignored fields are named on stderr.
     """
     name = rollout.resolve_engine(name)
-    tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    model = plumbing.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
+    tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
+    model = policy.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
                                 world=world) if name == "hf" else None  # under torchrun: FSDP2 shards, no whole copy
-    max_len = plumbing.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
-    engine = plumbing.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
+    max_len = policy.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
+    engine = policy.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
                                  top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world)
     return engine, tokenizer
-
-
-# --- plumbing: reports ----------------------------------------------------------------------------------
-
-
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-def render_markdown(res: dict) -> str:
-    """report.md: settings, metrics with intervals, paper deviations, length table, per-problem table."""
-    s, m, ci = res["settings"], res["metrics"], res["ci"]
-    out = ["# Evaluation report", "", "## Settings", ""]
-    out += [f"- {key}: `{val}`" for key, val in s.items()]
-    dev = paper_deviations(s)
-    out += ["", "## Comparable with the paper's Table 1 (AIME 2024 avg@32)?", ""]
-    out += [f"- differs: {d}" for d in dev] if dev else ["- yes: every protocol setting matches"]
-    level = round(100 * s["ci_level"])
-    out += ["", "## Metrics", "", f"| metric | value | {level}% bootstrap CI over problems |", "|---|---:|---|"]
-    out += [f"| {k} | {_fmt(v)} | {'[' + _fmt(ci[k][0]) + ', ' + _fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
-    out += ["", "## Length and correctness", "", "| response length (tokens) | samples | share | accuracy |", "|---|---:|---:|---:|"]
-    out += [f"| {r['bin']} | {r['samples']} | {_fmt(r['share'])} | {_fmt(r['accuracy'])} |" for r in res["length_table"]]
-    greedy = s["greedy"]
-    out += ["", "## Per problem", "", "| id | accuracy | correct/k | maj | " + ("greedy | " if greedy else "")
-            + "mean length | length correct | length wrong | truncated | verifier reasons |",
-            "|---|---:|---:|---|" + ("---|" if greedy else "") + "---:|---:|---:|---:|---|"]
-    for r in res["per_problem"]:
-        reasons = " ".join(f"{k}:{v}" for k, v in sorted(r["reasons"].items()))
-        out.append(f"| {r['id']} | {_fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
-                   + (f"{r['greedy_correct']} | " if greedy else "")
-                   + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
-                   f"{_fmt(r['truncated_frac'])} | {reasons} |")
-    if "paraphrase" in res:
-        out += paraphrase.markdown(res["paraphrase"])
-    return "\n".join(out) + "\n"
-
-
-def write_report(res: dict, out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({**res, "paper_deviations": paper_deviations(res["settings"])}, indent=2) + "\n")
-    (out / "report.md").write_text(render_markdown(res))
 
 
 def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
@@ -506,9 +457,12 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
     distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
-    task = Task()
-    tokenizer = plumbing.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
+    spec = ecfg.data or settings.eval_data or "tiny"
+    # the task: --task, else the checkpoint's, else the one that generates --data; the checkpoint's options go with its task
+    name = task_spec(ecfg.task or settings.task, spec)
+    task = load_task(name, ecfg.task_args or (settings.task_args if name == task_spec(settings.task, settings.data) else "{}"))
+    tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
+    data = task.load(spec, tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
@@ -522,12 +476,13 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
                                                 n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
     finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
-    res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
+    res["settings"].update(config_source=source, task=f"{type(task).__module__}:{type(task).__qualname__}",
+                           dataset=data.name, dataset_hash=data.hash, **data.info)
     return res
 
 
 def frontier_main(argv: list[str]) -> dict | None:
-    """`eval.py frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [eval flags]` (frontier.py).
+    """`eval.py frontier --models BASE TRAINED... --k 1 2 4 ... --out DIR [eval flags]` (evaluation/frontier.py).
 
     Each --models entry (an HF model directory, a run directory, or the report.json of an earlier
     measurement with at least max(--k) samples per problem) is sampled once at k = max(--k) with
@@ -560,7 +515,7 @@ def frontier_main(argv: list[str]) -> dict | None:
             sources.append((None, resolve_model(spec)))
         except FileNotFoundError:
             raise FileNotFoundError(f"--models entry {i} {spec!r}: no config.json there; pass an HF model directory, a run "
-                                    f"directory holding final/ (the shipped base policy: {DEFAULT_MODEL.relative_to(plumbing.REPO)}), or a report.json "
+                                    f"directory holding final/ (the shipped base policy: {DEFAULT_MODEL.relative_to(policy.REPO)}), or a report.json "
                                     "of eval.py") from None
     torch.set_num_threads(ecfg.threads)
     dist, device = distributed.init_distributed(ecfg.device)
@@ -570,7 +525,7 @@ def frontier_main(argv: list[str]) -> dict | None:
             if rep is None:
                 rep = measure(dataclasses.replace(ecfg, model=str(model_dir)), dist, device)
                 if dist.main:
-                    write_report(rep, Path(args.out) / name)
+                    reports.write_report(rep, Path(args.out) / name)
             reports.append(rep)
     finally:
         distributed.close_distributed(dist)
@@ -585,7 +540,7 @@ def frontier_main(argv: list[str]) -> dict | None:
 
 
 def main(argv: list[str] | None = None) -> dict | None:
-    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (frontier.py)."""
+    """`python eval.py [flags]` measures a model; `eval.py compare A B` compares two reports; `eval.py frontier` (evaluation/frontier.py)."""
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["compare"]:
         return compare.main(argv[1:])
@@ -602,14 +557,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     for m, v in res["metrics"].items():
         interval = f"  [{res['ci'][m][0]:.3f}, {res['ci'][m][1]:.3f}]" if m in res["ci"] else ""
-        print(f"{m:>23}: {_fmt(v)}{interval}")
+        print(f"{m:>23}: {reports.fmt(v)}{interval}")
     print(json.dumps(res["settings"], indent=2))
-    for d in paper_deviations(res["settings"]):
+    for d in reports.paper_deviations(res["settings"]):
         print(f"differs from the paper's protocol: {d}")
     if "paraphrase" in res:
         print("\n".join(paraphrase.summary_lines(res["paraphrase"])))
     if ecfg.out:
-        write_report(res, ecfg.out)
+        reports.write_report(res, ecfg.out)
         print(f"wrote {ecfg.out}/report.json and report.md")
     return res
 

@@ -14,7 +14,7 @@ other verifier modes, and writes to --out:
 
   sheet.md        counts, then the answers a human should read first: where the verifier modes
                   disagree (dapo vs math vs the official rule), unusual verdict reasons or answer
-                  routes (audit.py), the longest answers, then one plain answer per prompt
+                  routes (evaluation/audit.py), the longest answers, then one plain answer per prompt
   preflight.json  the counts, settings, data hash and prompt-set hash (the ids of the prompts)
   answers.jsonl   every answer with its verdict in each mode
 
@@ -37,21 +37,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import audit
 import dapo
-import cli
-import distributed
-import plumbing
 import rollout
 import train  # Config, its presets and defaults: the pre-flight checks the settings a run will use
 import verifier
+from plumbing import cli, distributed, policy
+from evaluation import audit
 from rollout import SamplingParams
-from task import Task, dedupe_by_id
+from task import Task, dedupe_by_id, task_spec
 
 # train.Config fields the pre-flight reads; each is a flag, defaulting to the preset's value.
 SHARED = ("model", "data", "group_size", "max_response_len", "overlong_penalty", "overlong_buffer", "overlong_factor",
           "temperature", "top_p", "verifier", "instruction", "max_prompt_len", "prompt_truncation", "skip_bad_rows", "seed",
-          "tiny_train_size", "engine", "engine_max_batch", "device", "threads", "trust_remote_code")
+          "task", "task_args", "engine", "engine_max_batch", "device", "threads", "trust_remote_code")
 PLAIN_REASONS = ("ok", "wrong")  # every other verifier reason is "unusual" and goes to the top of the sheet
 N_LONGEST = 5  # the longest answers listed on the sheet (after disagreements and unusual answers)
 
@@ -82,6 +80,7 @@ def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace
     # train.py's rules on the settings a run would use; the batch layout is the trainer's business (no flag here), so
     # it is checked as one group per mini-batch, which every group size divides
     cli.check_config(dataclasses.replace(cfg, mini_batch_size=cfg.group_size, micro_batch_size=cfg.group_size))
+    train.task_and_config(cfg, None)  # a --task that cannot be built stops here
     return cfg, args
 
 
@@ -222,7 +221,7 @@ def render_sheet(res: dict, answers: list[dict], prompts: dict[str, str]) -> str
     out += ["", "no_answer_line: no 'Answer:' marker (a \\boxed{} may still be scored); several_candidates: two or more "
             "markers, or the verifier's multiple_answers; truncated: hit the response budget."]
     routes = ", ".join(f"{r} {k}" for r, k in c["routes"].items()) or "all plain"
-    out += ["", f"Answer routes of the extracted answers (audit.py): {routes}"]
+    out += ["", f"Answer routes of the extracted answers (evaluation/audit.py): {routes}"]
     out += ["", "## Verifier modes", "", f"| mode | correct frac | disagrees with {s['verifier']} | cannot judge |", "|---|---:|---:|---:|"]
     out += [f"| {m} | {_frac(v['correct_frac'])} | {v['disagree']} | {v['not_comparable']} |" for m, v in c["modes"].items()]
     g = c["groups"]
@@ -259,12 +258,12 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
     """Sample, score, count and write sheet.md, preflight.json and answers.jsonl to `out`; returns preflight.json's dict.
 
     Raises:
-        FileNotFoundError / ValueError: as task.Task.read and plumbing.load_tokenizer (bad data, model),
+        FileNotFoundError / ValueError: as task.Task.read and policy.load_tokenizer (bad data, model),
             or a prompt longer than --max_prompt_len under --prompt_truncation error.
     """
     distributed.seed_everything(cfg.seed, cfg.threads)
-    task = Task()
-    tokenizer = plumbing.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
+    task, cfg = train.task_and_config(cfg, None)
+    tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     rows, name, data_hash = task.read(cfg.data, cfg, held_out=False)
     chosen, prompts, too_long = [], [], 0
     for p in select_prompts(rows, n):
@@ -279,24 +278,25 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
         prompts.append(ids)
     _, device = distributed.init_distributed(cfg.device)
     engine_name = rollout.resolve_engine(cfg.engine)
-    model_dir = cfg.model or str(plumbing.DEFAULT_MODEL)
-    model = plumbing.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code) if engine_name == "hf" else None
-    engine = plumbing.build_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
-                                 max_model_len=plumbing.engine_max_len(cfg.model, max(map(len, prompts)) + cfg.max_response_len),
+    model_dir = cfg.model or str(policy.DEFAULT_MODEL)
+    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code) if engine_name == "hf" else None
+    engine = policy.build_engine(engine_name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=cfg.seed,
+                                 max_model_len=policy.engine_max_len(cfg.model, max(map(len, prompts)) + cfg.max_response_len),
                                  sampler_logprobs=False, max_batch=cfg.engine_max_batch)
     params = SamplingParams(n=cfg.group_size, max_new_tokens=cfg.max_response_len, temperature=cfg.temperature, top_p=cfg.top_p,
                             seed=cfg.seed)
     samples, gen_s = rollout.timed_generate(engine, prompts, params)  # (P, G) Samples
     texts = [[tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group] for group in samples]
     answers = score_answers(chosen, samples, texts, cfg, task)
-    settings = {"model": cfg.model or "assets/tiny-base", "data": name, "dataset_hash": data_hash, "prompt_set_hash": set_hash(chosen),
+    settings = {"model": cfg.model or "assets/tiny-base", "task": task_spec(cfg.task, cfg.data), "task_args": cfg.task_args,
+                "data": name, "dataset_hash": data_hash, "prompt_set_hash": set_hash(chosen),
                 "prompts": len(chosen), "prompts_too_long_skipped": too_long,
                 "prompt_rule": "the n problems with the smallest sha256 of (id, messages, answer)",
                 "template_hash": task.template_hash(tokenizer, cfg), "group_size": cfg.group_size,
                 "max_response_len": cfg.max_response_len, "overlong_buffer": cfg.overlong_buffer if cfg.overlong_penalty else 0,
                 "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed, "verifier": cfg.verifier,
                 "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "gen_seconds": round(gen_s, 2),
-                "commit": plumbing.repo_commit()}
+                "commit": policy.repo_commit()}
     res = {"settings": settings, "prompt_ids": [p.id for p in chosen], "counts": summarize(answers, cfg),
            "sheet": to_check(answers, show)}
     out = Path(out)

@@ -4,10 +4,10 @@
     python report.py RUN_A RUN_B --out DIR    # two runs overlaid (an ablation)
 
 Input: what train.py wrote to a run directory (config.json, metrics.jsonl, rollouts.jsonl,
-summary.json; runlog.py). Output: PNG plots of the metrics and rollouts (a second run is
+summary.json; plumbing/runlog.py). Output: PNG plots of the metrics and rollouts (a second run is
 overlaid, labelled by its directory name; the length heatmap and the stacked phase times get one
 panel per run), report.md (run identity, config differences, held-out before/after next to the
-resource envelope, length x correctness, rollout age, the audit of rewarded answers of audit.py),
+resource envelope, length x correctness, rollout age, the audit of rewarded answers of evaluation/audit.py),
 diagnosis.json and audit.json.
 
 `diagnose` names which of DAPO's four boundaries a run crossed (exploration, contrast, credit,
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-import audit
-import cli
 import train  # Config defaults only, for the "config differences" table
-from audit import age_bucket  # rollout ages, shared with the audit
+from plumbing import cli
+from evaluation import audit
+from evaluation.audit import age_bucket  # rollout ages, shared with the audit
 
 
 def _fmt(x) -> str:
@@ -599,7 +599,7 @@ def render_run_report(runs: list[dict], names: list[str], findings: list[list[Fi
 
 
 def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dict:
-    """Plots, report.md, diagnosis.json and audit.json (audit.py) for one run or two (overlaid).
+    """Plots, report.md, diagnosis.json and audit.json (evaluation/audit.py) for one run or two (overlaid).
     Returns {"out", "plots", "notes", "findings", "audits"}.
 
     Raises:
@@ -614,7 +614,7 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
     out.mkdir(parents=True, exist_ok=True)
     findings = [diagnose(r["metrics"], r["cfg"]) for r in runs]
     plots, notes = write_plots(runs, names, out)
-    audits = [audit.audit_run(r) for r in runs]  # rewarded answers: flags and a stratified sample (audit.py)
+    audits = [audit.audit_run(r) for r in runs]  # rewarded answers: flags and a stratified sample (evaluation/audit.py)
     (out / "report.md").write_text(render_run_report(runs, names, findings, plots, notes) + audit.markdown(audits, names))
     (out / "audit.json").write_text(json.dumps(dict(zip(names, audits)), indent=2) + "\n")
     (out / "diagnosis.json").write_text(json.dumps({n: [dataclasses.asdict(f) for f in fs] for n, fs in zip(names, findings)},

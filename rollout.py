@@ -9,7 +9,7 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
     (docs/PITFALLS.md, failure 4).
   * `HFEngine`: transformers `generate` on the training model itself (colocated, no copy, so a
     weight sync is only a version bump). Works everywhere, including under FSDP.
-  * `VLLMEngine` (vllm_engine.py, which imports vLLM only when an engine is built, so nothing
+  * `VLLMEngine` (plumbing/vllm_engine.py, which imports vLLM only when an engine is built, so nothing
     here needs vLLM) plugs in behind the same interface, one engine per process or one per group
     of ranks (tensor parallelism, `Engine.tp`). plumbing.build_engine is the one factory of both.
   * `sync_engine`, which streams the trainer's weights to the engine one parameter at a time
@@ -33,7 +33,7 @@ import transformers
 from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
 import verifier
-from forward import inference
+from plumbing.forward import inference
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
 

@@ -30,11 +30,11 @@ decoupled weight's diagnostics (offpolicy/*, mean over steps), and reward and pa
 trained groups sliced by age (= lag in versions) beside the base policy's pass rate on the very
 prompts of each age slice (avg@4 of assets/tiny-base), so that "old rollouts look better" can be
 told apart from "old rollouts came from easier prompts".
-transport: the two weight transports of transport.py, side by side on one host: a learner process
+transport: the two weight transports of plumbing/transport.py, side by side on one host: a learner process
 and --workers worker processes, a state dict of --params random fp32 parameters (the shapes of a
 small decoder of 4 layers: an embedding and attention and MLP matrices), --reps versions each sent
 after every worker said READY and timed until every worker has LOADED it (the rendezvous of
-generator.py, without generation).
+plumbing/generator.py, without generation).
 """
 
 from __future__ import annotations
@@ -186,20 +186,22 @@ def base_pass_rates(prompt_ids: set[str], seed: int = 11) -> dict[str, float]:
     """avg@4 of the base policy (assets/tiny-base) on each of these training prompts."""
     import torch
 
-    import eval as evaluation
-    import plumbing
+    import eval as ev
     import train
+    from plumbing import policy
     from rollout import HFEngine, SamplingParams
-    from task import Dataset, Task
+    from task import Dataset
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     cfg = train.Config()
-    model, tok = plumbing.load_policy("", torch.device("cpu"))
-    data = Task().load("tiny", tok, cfg, held_out=False)
+    model, tok = policy.load_policy("", torch.device("cpu"))
+    task = TinyTask()
+    data = task.load("tiny", tok, cfg, held_out=False)
     idx = [i for i, p in enumerate(data.problems) if p.id in prompt_ids]
     sub = Dataset([data.problems[i] for i in idx], [data.prompt_ids[i] for i in idx], data.name, data.hash)
     params = SamplingParams(n=4, max_new_tokens=cfg.max_response_len, temperature=1.0, top_p=1.0, seed=seed)
-    res = evaluation.evaluate(HFEngine(model, tok, return_logprobs=False), tok, sub, params, cfg, Task(), n_boot=1)
+    res = ev.evaluate(HFEngine(model, tok, return_logprobs=False), tok, sub, params, cfg, task, n_boot=1)
     return {r["id"]: r["accuracy"] for r in res["per_problem"]}
 
 
@@ -252,13 +254,13 @@ def ablation(args) -> None:
 
 
 def _transport_worker(spec: dict, handles: tuple, control_t, port: int | None, c: int, reps: int) -> None:
-    """A worker of `transport`: receive versions 0..reps-1 into a state dict of zeros, as generator.py does."""
+    """A worker of `transport`: receive versions 0..reps-1 into a state dict of zeros, as plumbing/generator.py does."""
     import datetime
 
     import torch
     import torch.distributed as tdist
 
-    import transport
+    from plumbing import transport
 
     torch.set_num_threads(1)
     control = transport.Control(control_t)
@@ -279,7 +281,7 @@ def transport_bench(args) -> None:
     import torch.distributed as tdist
     import torch.multiprocessing as mp
 
-    import transport
+    from plumbing import transport
 
     torch.set_num_threads(1)
     for params in args.params:

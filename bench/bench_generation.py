@@ -34,7 +34,7 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
     sys.path.insert(0, str(REPO))
     import torch
 
-    import plumbing
+    from plumbing import policy
     import train
     from rollout import SamplingParams
     from task import Task
@@ -42,8 +42,8 @@ def worker(engine_name: str, prompts_per_call: int, calls: int, G: int, max_new:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     cfg = train.Config(seed=seed)
     t0 = time.perf_counter()
-    model, tok = plumbing.load_policy("", torch.device("cpu"))
-    engine = plumbing.build_engine(engine_name, model=model, tokenizer=tok, model_dir=plumbing.DEFAULT_MODEL, device="cpu",
+    model, tok = policy.load_policy("", torch.device("cpu"))
+    engine = policy.build_engine(engine_name, model=model, tokenizer=tok, model_dir=policy.DEFAULT_MODEL, device="cpu",
                                  seed=seed, max_model_len=512)  # the factory train.py and eval.py use
     startup = time.perf_counter() - t0
     task = Task()

@@ -109,7 +109,7 @@ def routine_worker(method: str, N: int, D: int, V: int, chunk: int, out: Path) -
     import torch
 
     sys.path.insert(0, str(REPO))
-    import forward
+    from plumbing import forward
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     g = torch.Generator().manual_seed(0)

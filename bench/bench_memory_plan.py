@@ -48,7 +48,7 @@ RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, 
                     num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
 JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
              "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "16",
-             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--tiny_train_size", "2000"]
+             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--task_args", '{"train_size": 2000}']
 # The forward layouts (forward.logprobs), by train.py's flags: the default, and the two others.
 LAYOUTS = {"shared": [], "padded": ["--share_prompt_forward", "false"], "packed": ["--pack_micro_batches", "true"]}
 
@@ -72,12 +72,12 @@ def build_random_model(out: Path, shape: dict | None = None) -> Path:
 
 def longest_prompt(flags: list[str]) -> int:
     """The longest training prompt of the tiny data, in tokens (what the plan is told as --prompt_len)."""
-    import plumbing
+    from plumbing import policy
     import train
     from task import Task
 
     cfg = train.parse_config(flags)
-    data, _ = train.load_data(cfg, Task(), plumbing.load_tokenizer(""))
+    data, _ = train.load_data(cfg, Task(), policy.load_tokenizer(""))
     return max(map(len, data.prompt_ids))
 
 
@@ -203,8 +203,8 @@ def count() -> None:
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    import forward
-    import plumbing
+    from plumbing import forward
+    from plumbing import policy
 
     shape = dict(RANDOM_SHAPE, vocab_size=1000)
     s = memory_plan.Shape("", 0, 0, 0, 0, 0, 1, shape["hidden_size"], shape["intermediate_size"],
@@ -237,7 +237,7 @@ def count() -> None:
             for layers in (1, 2):
                 torch.manual_seed(0)
                 model = AutoModelForCausalLM.from_config(Qwen2Config(**{**shape, "num_hidden_layers": layers}), dtype=dtype)
-                plumbing.set_activation_checkpointing(model, ckpt)
+                policy.set_activation_checkpointing(model, ckpt)
                 models.append(model.train())
             for layout in ("padded", "shared", "packed"):
                 if ckpt and layout == "shared":

@@ -12,7 +12,7 @@ Length mixes (prompt and response lengths in tokens of the tiny tokenizer, one p
            long-tailed (log-normal, median 256, sigma 0.9, clipped to 48-2,048; the 2,048 ones are
            the truncated responses), one mini-batch, micro-batches by a token budget
            (--micro_batch_tokens 8192: real tokens packed, padded tokens padded)
-Layouts (forward.py): padded (one padded row per response), shared (padded, one pass per distinct
+Layouts (plumbing/forward.py): padded (one padded row per response), shared (padded, one pass per distinct
 prompt: --share_prompt_forward), packed (one row per micro-batch, --pack_micro_batches).
 
 Per layout: real tokens (prompt + response) against the tokens the layout feeds the model, the
@@ -74,8 +74,8 @@ def long_mix(model, tok, rng: random.Random):
 
 def counts(batch, cfg) -> dict:
     """Real tokens, tokens fed to the model and attention pairs computed, summed over the step's passes."""
-    import forward
-    from distributed import Dist
+    from plumbing import forward
+    from plumbing.distributed import Dist
 
     real = fed = pairs = 0
     for mb in forward.split_minibatches(batch, cfg.mini_batch_size, Dist()):
@@ -104,15 +104,15 @@ def main() -> None:
     import torch
 
     import dapo
-    import distributed
-    import plumbing
+    from plumbing import distributed
+    from plumbing import policy
     import train
 
     torch.set_num_threads(1)
     print(title_line("bench_packing"))
     print(machine_line(f", torch threads {torch.get_num_threads()}"))
     print(f"# versions: torch {torch.__version__}; model: the tiny base policy (assets/tiny-base), float32, CPU, sdpa")
-    base, tok = plumbing.load_policy("", torch.device("cpu"))
+    base, tok = policy.load_policy("", torch.device("cpu"))
     for mix in args.mix:
         rng = random.Random(0)
         prompts, responses, change = (default_mix if mix == "default" else long_mix)(base, tok, rng)

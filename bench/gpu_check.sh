@@ -51,10 +51,10 @@ if [ "$NGPU" -ge 2 ]; then
 import sys
 import torch
 sys.path.insert(0, ".")
-import distributed, loading, plumbing
+from plumbing import distributed, loading, policy
 from transformers import AutoModelForCausalLM
 dist, device = distributed.init_distributed("cuda")
-model = plumbing.load_model(sys.argv[1], device, world=dist.world, fsdp=plumbing.FSDPSettings(bf16=True))
+model = policy.load_model(sys.argv[1], device, world=dist.world, fsdp=policy.FSDPSettings(bf16=True))
 full = loading.gather_on_rank0(model, dist.rank, dist.world)
 if dist.main:
     ref = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32).state_dict()
@@ -78,7 +78,7 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM, Qwen2Config
 sys.path.insert(0, ".")
-import forward
+from plumbing import forward
 cuda = torch.cuda.is_available()
 dev, T, chunk, temp = ("cuda", 8192, 1024, 0.7) if cuda else ("cpu", 300, 128, 0.7)
 torch.manual_seed(0)

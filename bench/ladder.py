@@ -84,8 +84,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import plumbing  # noqa: E402
 import train  # noqa: E402
+from plumbing import policy  # noqa: E402
 
 # AIME 2024 avg@32, Qwen2.5-32B base (paper Table 1), in the order of train.LADDER.
 PAPER_AIME24 = {"ladder-1-grpo": 30, "ladder-2-overlong-filter": 36, "ladder-3-clip-higher": 38,
@@ -168,9 +168,10 @@ LADDER_FLAGS = ("steps", "max_response_len", "overlong_buffer", "gen_prompts_per
 
 
 def code_files() -> list[Path]:
-    """What decides what a run computes: the repository's top-level modules and the tiny base policy."""
+    """What decides what a run computes: the repository's modules (the root and its code folders) and the tiny base policy."""
     assets = REPO / "assets" / "tiny-base"
-    return sorted(REPO.glob("*.py")) + (sorted(f for f in assets.iterdir() if f.is_file()) if assets.is_dir() else [])
+    modules = sorted(REPO.glob("*.py")) + sorted(p for d in ("plumbing", "evaluation", "tasks") for p in (REPO / d).glob("*.py"))
+    return modules + (sorted(f for f in assets.iterdir() if f.is_file()) if assets.is_dir() else [])
 
 
 def snapshot_code(out: Path) -> tuple[Path, str]:
@@ -508,7 +509,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args, extra = parse(argv)
     rows = select_rows(args.rows)
     args.code_dir, args.code_hash = snapshot_code(Path(args.out))
-    args.git_commit = plumbing.repo_commit()
+    args.git_commit = policy.repo_commit()
     for row in rows:  # the ladder's premise, checked before any compute is spent
         diff = set(preset_diff(row))
         if is_successor(row):  # its surrogate and (GSPO) the aggregation that surrogate requires

@@ -9,7 +9,7 @@ config.json files: qwen2.5-7b, qwen2.5-32b (no download). Every other flag is tr
 presets, same checks, for --gpus x --nodes processes), and they decide the forward pass planned
 as they decide train.py's: padded rows with the shared prompt pass (the default), padded rows
 without it (--share_prompt_forward false, or under --activation_checkpointing), or one packed row
-(--pack_micro_batches true); log-probs always by forward.py's chunked head. The parameter counts
+(--pack_micro_batches true); log-probs always by plumbing/forward.py's chunked head. The parameter counts
 are exact (the model is built on the meta device); everything else is arithmetic on the shapes,
 per rank, in each phase of a step, and the peak is the largest phase:
 
@@ -55,8 +55,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-import cli  # noqa: E402
 import train  # noqa: E402
+from plumbing import cli  # noqa: E402
 
 GiB = 2**30
 # Public config.json of the Qwen2.5 base models (huggingface.co/Qwen/Qwen2.5-7B, Qwen/Qwen2.5-32B), the fields that set shapes.

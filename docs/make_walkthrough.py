@@ -6,9 +6,9 @@ real numbers, next to what plain GRPO would have done with the same numbers.
     python docs/make_walkthrough.py --out F    # write somewhere else (tests/test_walkthrough.py)
 
 Nothing in WALKTHROUGH.md is typed by hand: every number comes from running the repository's own
-functions on the default model (assets/tiny-base) and the default task (tiny.py):
+functions on the default model (assets/tiny-base) and the default task (tasks/tiny.py):
 
-    plumbing.load_policy, task.Task.read, build_prompt    the policy and one prompt
+    policy.load_policy, TinyTask.read, build_prompt     the policy and one prompt
     rollout.HFEngine.generate                              G answers, seeded
     train.score_group -> task.Task.score (verifier.py), dapo.overlong_penalty   verdicts and rewards
     dapo.dynamic_sampling_keep, dapo.group_advantages, dapo.overlong_filter
@@ -70,13 +70,10 @@ def build(out_lines: list[str]) -> None:
     import torch
 
     import dapo
-    import cli
-    import forward
-    import distributed
-    import plumbing
     import train
+    from plumbing import cli, distributed, forward, policy
     from rollout import HFEngine, SamplingParams
-    from task import Task
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -88,8 +85,8 @@ def build(out_lines: list[str]) -> None:
                        gen_prompts_per_round=1, mini_batch_size=G, micro_batch_size=G, temperature=1.0, top_p=1.0,
                        device="cpu", threads=1)
     cli.check_config(cfg)
-    model, tok = plumbing.load_policy("", device)
-    task = Task()
+    model, tok = policy.load_policy("", device)
+    task = TinyTask()
     problems, data_name, _ = task.read("tiny", cfg, held_out=False)
     engine = HFEngine(model, tok)
     expected = MAX_RESPONSE_LEN - OVERLONG_BUFFER
@@ -127,7 +124,7 @@ def build(out_lines: list[str]) -> None:
     w(f"{HEADER}\n\n# DAPO on one group, step by step\n")
     w("Every number below was produced by running this repository's functions (`dapo.py`, `verifier.py`, "
       "`train.py`'s loop helpers, `rollout.HFEngine`) on the default policy `assets/tiny-base` and the default "
-      "task (`tiny.py`, column addition ending in `Answer: N`). Each stage shows what DAPO does and, beside it, "
+      "task (`tasks/tiny.py`, column addition ending in `Answer: N`). Each stage shows what DAPO does and, beside it, "
       "what plain GRPO (every DAPO switch off: `python train.py --preset grpo`) would have done with the same "
       "numbers. Read it next to `dapo.py`.\n")
     w("| setting | value | paper |\n|---|---|---|")

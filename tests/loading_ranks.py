@@ -43,9 +43,9 @@ def main(models: Path, out: Path) -> None:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
     from torch.distributed.tensor import DTensor
 
-    import loading
-    import distributed
-    import plumbing
+    from plumbing import loading
+    from plumbing import distributed
+    from plumbing import policy
 
     register()
     dist, device = distributed.init_distributed("cpu")
@@ -60,7 +60,7 @@ def main(models: Path, out: Path) -> None:
         torch.use_deterministic_algorithms(True)  # with the next line: torch.empty (so to_empty) fills floats with NaN
         torch.utils.deterministic.fill_uninitialized_memory = True
         try:
-            return plumbing.load_model(str(models / name), device, world=dist.world)
+            return policy.load_model(str(models / name), device, world=dist.world)
         finally:
             torch.use_deterministic_algorithms(False)
 

@@ -1,4 +1,4 @@
-"""Generation in a pool of processes of its own (generator.py, --max_policy_lag), on the real entry point.
+"""Generation in a pool of processes of its own (plumbing/generator.py, --max_policy_lag), on the real entry point.
 
 End-to-end kind, on the tiny default: the pool at lag 0 reproduces the inline loop bit for bit
 with one worker and with two, by either weight transport (which proves the transfer, the

@@ -1,4 +1,4 @@
-"""Tests of audit.py, the audit of rewarded answers in `python report.py RUN_DIR`.
+"""Tests of evaluation/audit.py, the audit of rewarded answers in `python report.py RUN_DIR`.
 
   - the answer-route helpers on hand-written responses (plain line, boxed only, several markers,
     a decorated value, reasoning blocks, look-alike letters) and the verdicts of the other modes;
@@ -20,10 +20,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import audit  # noqa: E402
 import report  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
+from evaluation import audit  # noqa: E402
 
 BUDGET = 48
 

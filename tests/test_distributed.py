@@ -74,7 +74,7 @@ def test_two_ranks_equal_one_rank(tmp_path):
 
 def test_resume_on_other_shards_is_refused(tmp_path):
     """A checkpoint of 2 processes with --gen_shards 0 (one shard each) resumed by one process would draw other rollouts."""
-    import runlog
+    from plumbing import runlog
     import train
 
     (tmp_path / "trainer_state.json").write_text(json.dumps({"config": {"gen_shards": 0, "vllm_tp": 1}, "world_size": 2}))
@@ -88,9 +88,9 @@ def test_resume_on_other_shards_is_refused(tmp_path):
 GROUP_CHECK = r'''
 import json, os, sys, types
 import torch.distributed as dist
-import distributed
+from plumbing import distributed
 from rollout import SamplingParams
-from vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
+from plumbing.vllm_engine import VLLMEngine  # vLLM itself is imported only when an engine is built
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()

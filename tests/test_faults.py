@@ -31,16 +31,13 @@ import pytest
 import torch
 
 import dapo
-import forward
-import distributed
-import plumbing
 import rollout
-import vllm_engine
-import tiny
-import tiny_base
 import train
-from task import Task
+from plumbing import distributed, forward, policy, vllm_engine
+from tasks import tiny, tiny_base
 from rollout import Engine, Sample, SamplingParams
+from task import Task
+from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -118,8 +115,8 @@ def base_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def prompts(base_dir):
-    _, tok = plumbing.load_policy(str(base_dir), CPU)
-    return Task().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
+    _, tok = policy.load_policy(str(base_dir), CPU)
+    return TinyTask().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
 
 
 def _record(model) -> dict:
@@ -160,7 +157,7 @@ def _max_gap(model, prompt_ids, samples, temperature, pad_id) -> float:
 
 
 def _hf_generate(model_dir: Path, prompt_ids, params: SamplingParams):
-    model, tok = plumbing.load_policy(str(model_dir), CPU)
+    model, tok = policy.load_policy(str(model_dir), CPU)
     seen = _record(model)
     samples = rollout.HFEngine(model, tok).generate(prompt_ids, params)
     return model, tok, seen, samples
@@ -181,7 +178,7 @@ def clean_run(base_dir, prompts):
 @pytest.mark.parametrize("field,value", sorted(CHECKPOINT_FIELDS.items()), ids=sorted(CHECKPOINT_FIELDS))
 def test_hf_engine_ignores_each_checkpoint_generation_field(tmp_path, base_dir, prompts, clean_run, field, value):
     model_dir = _with_generation_fields(base_dir, tmp_path / "m", {field: value, **COMPANIONS.get(field, {})})
-    model, tok = plumbing.load_policy(str(model_dir), CPU)
+    model, tok = policy.load_policy(str(model_dir), CPU)
     # Control: the field loaded, and a plain generate (kwargs only) would carry it into its config.
     prepared, _ = model._prepare_generation_config(None, do_sample=True)
     assert getattr(prepared, field) is not None and getattr(prepared, field) == getattr(model.generation_config, field)
@@ -211,25 +208,25 @@ def test_hf_engine_with_qwen_instruct_defaults_samples_the_plain_softmax(tmp_pat
 
 
 def test_ignored_fields_are_named_once_by_build_engine_and_eval(tmp_path, base_dir, capsys):
-    import eval as evaluation
+    import eval as ev
 
     model_dir = _with_generation_fields(base_dir, tmp_path / "r", {"repetition_penalty": 1.1, "top_k": 20})
-    model, tok = plumbing.load_policy(str(model_dir), CPU)
+    model, tok = policy.load_policy(str(model_dir), CPU)
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device=CPU, seed=0, max_model_len=128)
-    engine = plumbing.build_engine("hf", **kw)  # the factory train.py and eval.py use
+    engine = policy.build_engine("hf", **kw)  # the factory train.py and eval.py use
     assert isinstance(engine, rollout.HFEngine)
     err = capsys.readouterr().err
     lines = [l for l in err.splitlines() if l.startswith("[engine]")]
     assert len(lines) == 1 and "repetition_penalty=1.1" in lines[0] and "top_k=20" in lines[0] and "ignored" in lines[0]
-    plumbing.build_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
+    policy.build_engine("hf", **kw, announce=False)  # what ranks other than 0 pass
     assert "[engine]" not in capsys.readouterr().err
 
-    engine, _ = evaluation.make_engine("hf", model_dir, evaluation.ModelSettings(model=str(model_dir)), evaluation.EvalConfig(),
+    engine, _ = ev.make_engine("hf", model_dir, ev.ModelSettings(model=str(model_dir)), ev.EvalConfig(),
                                        CPU)
     assert isinstance(engine, rollout.HFEngine)
     assert "repetition_penalty=1.1" in capsys.readouterr().err
     # the shipped model's config holds nothing that changes sampling: no notice
-    assert rollout.generation_config_notice(plumbing.load_policy(str(base_dir), CPU)[0].generation_config, "x") is None
+    assert rollout.generation_config_notice(policy.load_policy(str(base_dir), CPU)[0].generation_config, "x") is None
 
 
 # --- 2. log-probs of the trainer's distribution, also with top-p ----------------------------------------
@@ -331,18 +328,18 @@ def _bit_equal(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def policy(base_dir):
-    return plumbing.load_policy(str(base_dir), CPU)
+def tiny_policy(base_dir):
+    return policy.load_policy(str(base_dir), CPU)
 
 
 CFG3 = train.Config(group_size=4, prompts_per_step=2, mini_batch_size=4, micro_batch_size=4, lr=1e-2, weight_decay=0.1)
 
 
 @pytest.mark.parametrize("filtered", [1, 0], ids=["second-filtered", "first-filtered"])
-def test_minibatch_without_loss_tokens_takes_no_step(policy, filtered):
+def test_minibatch_without_loss_tokens_takes_no_step(tiny_policy, filtered):
     """Two mini-batches, one of them wholly overlong-filtered: the weights and AdamW state equal
     bit-for-bit those of training on the other mini-batch alone (weight decay 0.1)."""
-    model0, tok = policy
+    model0, tok = tiny_policy
     batch = _batch(tok, n_groups=2, G=4, seed=0, filtered={filtered})
     other = [i for i in range(8) if i // 4 != filtered]
     model, opt, stats = _update(model0, batch, CFG3, tok.pad_token_id)
@@ -354,8 +351,8 @@ def test_minibatch_without_loss_tokens_takes_no_step(policy, filtered):
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), model0.parameters()))
 
 
-def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
-    model0, tok = policy
+def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(tiny_policy):
+    model0, tok = tiny_policy
     model = copy.deepcopy(model0)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
     stats = train.update_policy(model, opt, _batch(tok, 2, 4, seed=1, filtered={0, 1}), CFG3, distributed.Dist(), CPU,
@@ -372,11 +369,12 @@ def test_batch_without_loss_tokens_leaves_weights_and_state_untouched(policy):
 _RANKS_SCRIPT = """
 import json, sys, torch
 sys.path.insert(0, sys.argv[1])
-import dapo, distributed, plumbing, train
+import dapo, train
+from plumbing import distributed, policy
 torch.set_num_threads(1)
 cfg = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=4, micro_batch_size=2, lr=1e-2, weight_decay=0.1)
 dist, device = distributed.init_distributed(cfg.device)
-model, tok = plumbing.load_policy("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards when distributed
+model, tok = policy.load_policy("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards when distributed
 opt = torch.optim.SGD(model.parameters(), lr=1e-2)  # linear in the gradient: 1 and 2 ranks agree to rounding
 g = torch.Generator().manual_seed(0)
 prompts = [[5 + i] * 6 for i in range(4) for _ in range(2)]
@@ -385,7 +383,7 @@ rows = torch.tensor([1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0])
 batch = train.Batch(prompts, responses, dapo.group_advantages(torch.tensor([1.0, -1.0] * 4), 2), rows,
                     torch.arange(4).repeat_interleave(2), [None] * 8)
 stats = train.update_policy(model, opt, batch, cfg, dist, device, tok.pad_token_id)
-plumbing.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]), dist, {})
+policy.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]), dist, {})
 if dist.main:
     print("STATS " + json.dumps({k: stats[k] for k in ("policy/optimizer_steps", "policy/skipped_minibatches")}))
 distributed.close_distributed(dist)  # a barrier first: a rank that tears down gloo while its peer still writes
@@ -404,7 +402,7 @@ def test_skip_decision_is_global_across_ranks(tmp_path, one_and_two_ranks):
         line = [l for l in stdout.splitlines() if l.startswith("STATS ")]
         assert json.loads(line[0][6:]) == {"policy/optimizer_steps": 1, "policy/skipped_minibatches": 1}
     one, two = load_file(tmp_path / "one" / "model.safetensors"), load_file(tmp_path / "two" / "model.safetensors")
-    base, _ = plumbing.load_policy("", CPU)
+    base, _ = policy.load_policy("", CPU)
     assert max((one[k] - p).abs().max().item() for k, p in base.state_dict().items() if k in one) > 1e-4  # it trained
     assert max((one[k] - two[k]).abs().max().item() for k in one) <= 1e-6
 
@@ -433,7 +431,7 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     wrong) or whose every response is overlong-filtered saves the starting weights unchanged."""
     from safetensors.torch import load_file
 
-    monkeypatch.setattr(plumbing, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
+    monkeypatch.setattr(policy, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
     extra = ["--dynamic_sampling", "true"] if case == "nothing-kept" else ["--dynamic_sampling", "false",
                                                                               "--overlong_filter", "true"]
     run = tmp_path / case
@@ -444,7 +442,7 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     for m in metrics:
         assert m["policy/optimizer_steps"] == 0
         assert m["policy/skipped_minibatches"] == (0 if case == "nothing-kept" else 2)
-    base, _ = plumbing.load_policy("", CPU)
+    base, _ = policy.load_policy("", CPU)
     after = load_file(run / "final" / "model.safetensors")
     assert all(torch.equal(after[k], p) for k, p in base.state_dict().items() if k in after) and after
 
@@ -472,7 +470,14 @@ REFUSED = [
     (["--mini_batch_size", "0"], "--mini_batch_size must be >= 1"),
     (["--micro_batch_size", "0"], "--micro_batch_size must be >= 1"),
     (["--prompts_per_step", "0"], "--prompts_per_step must be >= 1"),
-    (["--tiny_train_size", "0"], "--tiny_train_size must be >= 1 problem"),
+    (["--task_args", '{"train_size": 0}'], "--task_args: train_size must be an integer >= 1 problem"),
+    (["--task_args", '{"size": 10}'], "--task_args: TinyTask has no option 'size'; its options are ['train_size'"),
+    (["--task_args", "[1]"], "expected a JSON object of TinyTask's options"),
+    (["--task_args", "{size: 1}"], "not JSON"),
+    (["--task", "tasks.tiny"], "write it as module:Class"),
+    (["--task", "no_such_module:Task"], "no module 'no_such_module' importable from here"),
+    (["--task", "task:NoSuchTask"], "module 'task' defines no 'NoSuchTask'"),
+    (["--task", "task:Problem"], "Problem is not a subclass of task.Task"),
     (["--gen_prompts_per_round", "0"], "--gen_prompts_per_round must be >= 1"),
     (["--max_gen_rounds", "0"], "--max_gen_rounds must be >= 1"),
     (["--gen_prompts_per_round", "4", "--max_gen_rounds", "3"], "can never fill --prompts_per_step 16"),
@@ -564,7 +569,7 @@ def test_vllm_ignores_checkpoint_generation_fields_and_logprobs_are_like_for_lik
     fields = {"repetition_penalty": 1.3, "top_k": 5, "min_p": 0.2, "temperature": 0.3, "top_p": 0.5,
               "presence_penalty": 1.0, "frequency_penalty": 1.0}
     model_dir = _with_generation_fields(base_dir, tmp_path / "v", fields)
-    model, tok = plumbing.load_policy(str(model_dir), CPU)
+    model, tok = policy.load_policy(str(model_dir), CPU)
     engine = _vllm_engine(model_dir, tok, "processed_logprobs")
     try:
         out = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=32, temperature=T, top_p=1.0, seed=1))

@@ -1,4 +1,4 @@
-"""The trainer's forward passes (forward.py): log-probs from hidden states, packed and padded micro-batches.
+"""The trainer's forward passes (plumbing/forward.py): log-probs from hidden states, packed and padded micro-batches.
 
 Kinds: the output-head routine against the naive full-vocabulary log_softmax (fp32, and float64
 gradcheck with a non-uniform upstream gradient); the passes through the tiny model against
@@ -21,10 +21,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import forward
-import distributed
-import plumbing
 import train
+from plumbing import distributed, forward, policy
 from test_train import _random_batch
 
 CPU = torch.device("cpu")
@@ -33,7 +31,7 @@ FEW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChec
 
 @pytest.fixture(scope="module")
 def tiny():
-    return plumbing.load_policy("", CPU)
+    return policy.load_policy("", CPU)
 
 
 def _naive(hidden, weight, tokens, temperature):
@@ -189,7 +187,7 @@ def test_packing_traps_break_the_equality(tiny, monkeypatch):
     config's default (use_cache True: transformers then builds a DynamicCache), lets the sequences
     attend to each other: transformers reads packing from the position ids only without both
     (masking_utils._preprocess_mask_arguments; huggingface/transformers#46634,
-    inclusionAI/AReaL#1442). If either stops breaking it, transformers changed and forward.py's
+    inclusionAI/AReaL#1442). If either stops breaking it, transformers changed and plumbing/forward.py's
     comment needs a look."""
     model, tok = tiny
     model.eval()
@@ -315,12 +313,12 @@ def test_shared_prompt_forward_skipped_under_activation_checkpointing(tiny):
     """Activation checkpointing turns the KV cache off in training mode: the plain pass is used."""
     model0, tok = tiny
     model = copy.deepcopy(model0)
-    plumbing.set_activation_checkpointing(model, True)
+    policy.set_activation_checkpointing(model, True)
     model.train()
     batch = _random_batch(tok, n_groups=2, G=4, seed=4)
     inputs = forward.micro_batch(batch, list(range(8)), tok.pad_token_id, CPU, _cfg())
     lp, _ = forward.logprobs(model, inputs, _cfg(share_prompt_forward=True))
-    plumbing.set_activation_checkpointing(model, False)
+    policy.set_activation_checkpointing(model, False)
     ref, _ = forward.logprobs(model, inputs, _cfg(share_prompt_forward=False))
     assert ((lp - ref).abs() * inputs.mask).max() < 1e-5
 
@@ -350,7 +348,7 @@ def test_unknown_output_heads_are_refused(tiny):
     _, tok = tiny
     batch = _random_batch(tok, n_groups=1, G=2, seed=12)
     inputs = forward.micro_batch(batch, [0, 1], tok.pad_token_id, CPU, _cfg())
-    fresh = lambda: plumbing.load_model("", CPU)  # noqa: E731 (not the fixture's: `attach` marks a model once)
+    fresh = lambda: policy.load_model("", CPU)  # noqa: E731 (not the fixture's: `attach` marks a model once)
     biased = fresh()
     biased.lm_head = torch.nn.Linear(biased.config.hidden_size, biased.config.vocab_size, bias=True)
     with pytest.raises(ValueError, match="with a bias"):
@@ -417,7 +415,8 @@ def test_minibatch_split_balances_tokens_across_ranks(tiny):
 _RANKS_SCRIPT = """
 import dataclasses, json, sys, torch
 sys.path.insert(0, sys.argv[1])
-import dapo, distributed, forward, plumbing, train
+import dapo, train
+from plumbing import distributed, forward, policy
 torch.set_num_threads(1)
 base = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=8, micro_batch_size=3, lr=1e-2)
 dist, device = distributed.init_distributed(base.device)
@@ -431,14 +430,14 @@ layouts = {"shared": {}, "packed": dict(pack_micro_batches=True, micro_batch_tok
 passes = {}
 for name, change in layouts.items():
     cfg = dataclasses.replace(base, **change)
-    model, tok = plumbing.load_policy("", device)
-    model = plumbing.wrap_fsdp(model, cfg, device, dist)
+    model, tok = policy.load_policy("", device)
+    model = policy.wrap_fsdp(model, cfg, device, dist)
     forward.prepare(model, cfg, device, dist.world)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
     mb = forward.split_minibatches(batch, 8, dist)[0]
     passes[name] = [w for _, w in forward.micro_batches_all_ranks(mb, batch, cfg, dist)]
     train.update_policy(model, opt, batch, cfg, dist, device, tok.pad_token_id)
-    plumbing.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]) / name, dist, {})
+    policy.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]) / name, dist, {})
 with open(__import__("os").path.join(sys.argv[2], f"passes{dist.rank}.json"), "w") as f:
     json.dump(passes, f)
 distributed.close_distributed(dist)
@@ -457,7 +456,7 @@ def test_two_ranks_equal_one_process_padded_and_packed(tmp_path, one_and_two_ran
     two = [json.loads((tmp_path / "two" / f"passes{r}.json").read_text()) for r in range(2)]
     # rank 0: two 56-token sequences and two of 11 under a 60-token budget, 3 passes; rank 1: 4 x 11 tokens, 1 pass
     assert two[0]["packed"] == [1.0, 1.0, 1.0] and two[1]["packed"] == [1.0, 0.0, 0.0]
-    base, _ = plumbing.load_policy("", CPU)
+    base, _ = policy.load_policy("", CPU)
     for layout in ("shared", "packed"):
         one, other = (load_file(tmp_path / n / layout / "model.safetensors") for n in ("one", "two"))
         assert max((one[k] - p).abs().max().item() for k, p in base.state_dict().items() if k in one) > 1e-4

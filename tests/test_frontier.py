@@ -1,4 +1,4 @@
-"""Tests of the cost frontier: the subset estimators, diversity, frontier.py and `eval.py frontier`.
+"""Tests of the cost frontier: the subset estimators, diversity, evaluation/frontier.py and `eval.py frontier`.
 
   - maj@j and the diversity curves against brute force (every subset enumerated) on small n, and
     maj@j's unbiasedness exactly: its expectation over every possible draw of n answers equals
@@ -23,10 +23,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cli  # noqa: E402
-import estimators as est  # noqa: E402
 import eval as ev  # noqa: E402
-import frontier  # noqa: E402
+from evaluation import estimators as est  # noqa: E402
+from evaluation import frontier  # noqa: E402
+from plumbing import cli  # noqa: E402
 
 FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 labels_and_verdicts = st.integers(1, 7).flatmap(lambda n: st.tuples(

@@ -1,4 +1,4 @@
-"""Faults of the generator workers (generator.py), each provoked at its bad moment through the real entry point.
+"""Faults of the generator workers (plumbing/generator.py), each provoked at its bad moment through the real entry point.
 
 A pool of two workers (weights by broadcast) at lag 1 unless said otherwise:
 1. The learner killed (SIGKILL) while worker 0 has a batch half-written into a pipe nobody reads:
@@ -31,10 +31,8 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-import generator
-import plumbing
 import rollout
-import transport
+from plumbing import generator, policy, transport
 from procs import left
 
 REPO = Path(__file__).resolve().parents[1]
@@ -175,7 +173,7 @@ def test_a_worker_dead_in_a_weight_transfer_stops_the_learner_after_a_checkpoint
 
 
 def test_a_probe_mismatch_raises_the_sync_check_with_the_measured_gap():
-    model = plumbing.load_model("", torch.device("cpu"))
+    model = policy.load_model("", torch.device("cpu"))
     probe = list(range(3, 23))
     reference = transport.probe_logprobs(model, probe, 8)  # (8,)
     control = transport.Control.create(1)

@@ -1,6 +1,6 @@
 """Loading checkpoints: the sharded loader under torchrun (2 and 3 gloo ranks) against one process's from_pretrained.
 
-Each trap of the sharded path (loading.py) is a check: the gathered state dict bit for bit, logits
+Each trap of the sharded path (plumbing/loading.py) is a check: the gathered state dict bit for bit, logits
 on 80 positions (a wrong rotary table still "works" on short inputs), no uninitialised memory left
 (to_empty fills NaN here), the rotary table rebuilt in float32 also with yarn rope scaling, tied
 embeddings one tensor that trains like one process's also with a vocabulary (1001) no world size
@@ -22,9 +22,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-import cli
-import plumbing
 import train
+from plumbing import cli, policy
 from loading_ranks import MarkerConfig, register
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,21 +165,21 @@ def test_bad_checkpoints_are_refused_on_every_rank(ranks):
 @pytest.mark.parametrize("name", sorted(ERRORS))
 def test_one_process_refuses_the_same_checkpoints(models, name):
     with pytest.raises((OSError, ValueError), match=None) as e:
-        plumbing.load_model(str(models / name), torch.device("cpu"))
+        policy.load_model(str(models / name), torch.device("cpu"))
     assert ERRORS[name] in str(e.value)
 
 
 def test_one_process_loads_tied_variants(models):
-    ref = plumbing.load_model(str(models / "tied"), torch.device("cpu"))
+    ref = policy.load_model(str(models / "tied"), torch.device("cpu"))
     for name in ("tie_equal", "alias_only"):
-        model = plumbing.load_model(str(models / name), torch.device("cpu"))
+        model = policy.load_model(str(models / name), torch.device("cpu"))
         assert model.lm_head.weight is model.model.embed_tokens.weight
         assert torch.equal(model.model.embed_tokens.weight, ref.model.embed_tokens.weight)
 
 
 @pytest.mark.parametrize("name", ["bin_only", "unknown_arch"])
 def test_train_py_says_one_line_and_exits_2(models, name, capsys):
-    status = cli.run_cli(train.main, ["--model", str(models / name), "--steps", "0", "--eval_data=", "--tiny_train_size",
-                                      "64", "--run_dir", str(models / f"run-{name}")])
+    status = cli.run_cli(train.main, ["--model", str(models / name), "--steps", "0", "--eval_data=", "--task_args",
+                                      '{"train_size": 64}', "--run_dir", str(models / f"run-{name}")])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("error: --model ") and ERRORS[name] in err[0], err

@@ -1,4 +1,4 @@
-"""Tests of paraphrase evaluation: tiny.py's rewordings, paraphrase.py, and `eval.py --paraphrases`.
+"""Tests of paraphrase evaluation: tasks/tiny.py's rewordings, evaluation/paraphrase.py, and `eval.py --paraphrases`.
 
   - tiny.paraphrases: hand values, the same answer, every character in the tiny tokenizer's set
     (a character outside it would be dropped without a word), deterministic;
@@ -25,12 +25,12 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
-import compare  # noqa: E402
-import paraphrase  # noqa: E402
-import cli
 import rollout  # noqa: E402
-import tiny  # noqa: E402
+from plumbing import cli
 from task import DAPO_PREFIX, Dataset, Problem, Task  # noqa: E402
+from evaluation import compare  # noqa: E402
+from evaluation import paraphrase  # noqa: E402
+from tasks import tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TOKENIZER = tiny.build_tokenizer()

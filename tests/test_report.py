@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import cli  # noqa: E402
 import report as rp  # noqa: E402
 import train  # noqa: E402
+from plumbing import cli  # noqa: E402
 
 DAPO_CFG = dataclasses.asdict(train.Config())  # the DAPO recipe (every switch on)
 GRPO_CFG = {**DAPO_CFG, **train.PRESETS["grpo"]}  # every switch off
@@ -174,7 +174,7 @@ def test_report_of_one_real_run(runs, capsys):
     n_rollouts = sum(1 for _ in open(runs[0] / "rollouts.jsonl"))
     assert f"| {runs[0].name} | 0 | {n_rollouts} |" in md  # age table: every rollout synchronous
     assert "| exploration | ENTROPY_REL_FLOOR |" in md
-    # the audit of rewarded answers (audit.py; its flags are tested on a planted exploit in tests/test_audit.py)
+    # the audit of rewarded answers (evaluation/audit.py; its flags are tested on a planted exploit in tests/test_audit.py)
     rows = [json.loads(line) for line in open(runs[0] / "rollouts.jsonl")]
     audited = json.loads((out / "audit.json").read_text())[runs[0].name]
     assert (audited["rollouts"], audited["rewarded"]) == (len(rows), sum(r["correct"] for r in rows))

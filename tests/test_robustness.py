@@ -21,8 +21,8 @@ import torch
 from safetensors.torch import load_file
 
 import dapo
-import plumbing
 import train
+from plumbing import policy
 from task import Task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,7 +106,7 @@ def test_nonfinite_update_never_reaches_the_weights(tmp_path, monkeypatch):
         loss, stats = real(*args, **kwargs)
         return loss * float("nan"), stats
 
-    base, _ = plumbing.load_policy("", torch.device("cpu"))
+    base, _ = policy.load_policy("", torch.device("cpu"))
     monkeypatch.setattr(dapo, "policy_loss", nan_loss)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(RuntimeError, match="3 rollout steps in a row had only non-finite gradients"):
@@ -175,7 +175,7 @@ def test_malformed_parquet_chat_and_unreadable_file(tmp_path):
 
 
 def test_prompt_longer_than_the_budget(tmp_path):
-    tok = plumbing.load_tokenizer("")
+    tok = policy.load_tokenizer("")
     path = tmp_path / "five.jsonl"
     path.write_text("".join(json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(5)))
     with pytest.raises(ValueError, match="exceed --max_prompt_len 10"):
@@ -196,4 +196,4 @@ def test_safe_loading_refuses_pickled_weights(tmp_path):
     (model_dir / "model.safetensors").unlink()
     torch.save(weights, model_dir / "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors|model.safetensors"):
-        plumbing.load_policy(str(model_dir), torch.device("cpu"))
+        policy.load_policy(str(model_dir), torch.device("cpu"))

@@ -20,11 +20,12 @@ import math
 import pytest
 import torch
 
-import plumbing
 import rollout
 import train
+from plumbing import policy
 from rollout import SamplingParams
 from task import Task
+from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -92,14 +93,14 @@ def test_sequence_streams_are_uniform_and_independent():
 
 
 @pytest.fixture(scope="module")
-def policy():
-    model, tok = plumbing.load_policy("", CPU)
-    prompts = Task().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:6]
+def tiny_policy():
+    model, tok = policy.load_policy("", CPU)
+    prompts = TinyTask().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:6]
     return model, tok, prompts
 
 
-def test_hf_engine_first_tokens_follow_the_nucleus_distribution(policy):
-    model, tok, prompts = policy
+def test_hf_engine_first_tokens_follow_the_nucleus_distribution(tiny_policy):
+    model, tok, prompts = tiny_policy
     T, top_p, n = 1.5, 0.9, 2000
     with torch.no_grad():  # (prompts, V) next-token logits; the prompt whose first token is least certain
         last = torch.stack([model(input_ids=torch.tensor([p])).logits[0, -1] for p in prompts])
@@ -116,8 +117,8 @@ def test_hf_engine_first_tokens_follow_the_nucleus_distribution(policy):
     assert stat_full > crit
 
 
-def test_hf_engine_samples_do_not_depend_on_max_batch(policy):
-    model, tok, prompts = policy
+def test_hf_engine_samples_do_not_depend_on_max_batch(tiny_policy):
+    model, tok, prompts = tiny_policy
     params = SamplingParams(n=4, max_new_tokens=24, temperature=1.0, top_p=0.7, seed=3)
     runs = [rollout.HFEngine(model, tok, max_batch=b).generate(prompts, params) for b in (256, 7, 1)]
     tokens = [[[s.token_ids for s in g] for g in r] for r in runs]

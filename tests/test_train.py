@@ -16,17 +16,17 @@ import math
 import pytest
 import torch
 
-import distributed
-import plumbing
 import train
 import verifier
+from plumbing import distributed, policy
 from rollout import Engine, Sample
 from task import Dataset, Task
+from tasks.tiny import TinyTask
 
 
 @pytest.fixture(scope="module")
 def tiny():
-    model, tok = plumbing.load_policy("", torch.device("cpu"))
+    model, tok = policy.load_policy("", torch.device("cpu"))
     return model, tok
 
 
@@ -67,8 +67,8 @@ def test_end_to_end_tiny_default(tmp_path):
     from transformers import AutoModelForCausalLM
 
     final = AutoModelForCausalLM.from_pretrained(run / "final")
-    plumbing.load_tokenizer(str(run / "final"))  # raises unless the saved tokenizer round-trips text
-    base, _ = plumbing.load_policy("", torch.device("cpu"))
+    policy.load_tokenizer(str(run / "final"))  # raises unless the saved tokenizer round-trips text
+    base, _ = policy.load_policy("", torch.device("cpu"))
     diff = max((a - b).abs().max().item() for a, b in zip(final.parameters(), base.parameters()))
     assert diff > 0, "two DAPO steps left the weights unchanged"
 
@@ -171,7 +171,7 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
 
 def _tiny_data(tok, cfg, n: int) -> Dataset:
     """The first n training problems of the tiny task, with their prompts."""
-    return Task().load("tiny", tok, cfg, held_out=False).head(n)
+    return TinyTask().load("tiny", tok, cfg, held_out=False).head(n)
 
 
 def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
@@ -335,7 +335,7 @@ def test_load_policy_turns_dropout_off(tmp_path):
     first mini-batch's old log-probs (its own detached forward pass) rely on."""
     import shutil
 
-    src = plumbing.DEFAULT_MODEL
+    src = policy.DEFAULT_MODEL
     shutil.copytree(src, tmp_path / "m")
     cfg = json.loads((tmp_path / "m" / "config.json").read_text())
     cfg["attention_dropout"] = 0.5
@@ -345,7 +345,7 @@ def test_load_policy_turns_dropout_off(tmp_path):
     ids = torch.randint(2, 80, (4, 24))
     raw = AutoModelForCausalLM.from_pretrained(tmp_path / "m").train()
     assert not torch.equal(raw(input_ids=ids).logits, raw(input_ids=ids).logits)  # dropout is live when loaded plainly
-    model, _ = plumbing.load_policy(str(tmp_path / "m"), torch.device("cpu"))
+    model, _ = policy.load_policy(str(tmp_path / "m"), torch.device("cpu"))
     model.train()
     assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
 

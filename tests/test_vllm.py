@@ -34,14 +34,14 @@ import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-import forward  # noqa: E402
-import plumbing  # noqa: E402
 import rollout  # noqa: E402
-import tiny  # noqa: E402
-import tiny_base  # noqa: E402
 import train  # noqa: E402
 from rollout import SamplingParams, WeightSyncError  # noqa: E402
-from vllm_engine import VLLMEngine  # noqa: E402
+from plumbing import forward  # noqa: E402
+from plumbing import policy  # noqa: E402
+from plumbing.vllm_engine import VLLMEngine  # noqa: E402
+from tasks import tiny  # noqa: E402
+from tasks import tiny_base  # noqa: E402
 
 torch.set_num_threads(1)
 MAX_MODEL_LEN = 256
@@ -60,20 +60,20 @@ def model_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def policy(model_dir):
-    return plumbing.load_policy(str(model_dir), torch.device("cpu"))  # (model, tokenizer), fp32
+def hf_policy(model_dir):
+    return policy.load_policy(str(model_dir), torch.device("cpu"))  # (model, tokenizer), fp32
 
 
 @pytest.fixture(scope="module")
-def engine(model_dir, policy):
-    eng = VLLMEngine(model_dir, policy[1], seed=0, max_model_len=MAX_MODEL_LEN)
+def engine(model_dir, hf_policy):
+    eng = VLLMEngine(model_dir, hf_policy[1], seed=0, max_model_len=MAX_MODEL_LEN)
     yield eng
     eng.close()
 
 
 @pytest.fixture(scope="module")
-def prompts(policy):
-    tok = policy[1]
+def prompts(hf_policy):
+    tok = hf_policy[1]
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
              for q in QUESTIONS]
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]  # different lengths on purpose
@@ -116,8 +116,8 @@ def assert_logprobs_match(model, prompts_, samples, temperature) -> None:
 # --- 1. log-probs ------------------------------------------------------------------------------------
 
 
-def test_sampled_logprobs_equal_trainer_forward_at_temperature(engine, policy, prompts):
-    model = policy[0]
+def test_sampled_logprobs_equal_trainer_forward_at_temperature(engine, hf_policy, prompts):
+    model = hf_policy[0]
     samples = engine.generate(prompts, SamplingParams(n=4, max_new_tokens=48, temperature=TEMPERATURE, seed=1))
     for group in samples:
         for s in group:
@@ -139,8 +139,8 @@ def _perturbed(model, seed: int):
     return new
 
 
-def test_sync_follows_new_weights_and_skipped_sync_is_caught(engine, policy, prompts):
-    model = policy[0]
+def test_sync_follows_new_weights_and_skipped_sync_is_caught(engine, hf_policy, prompts):
+    model = hf_policy[0]
     probe_prompt, probe_resp = prompts[0], engine.generate(prompts[:1], SamplingParams(n=1, max_new_tokens=24, temperature=0.0))[0][0].token_ids
     assert engine.check_sync(model, probe_prompt, probe_resp) < 1e-4  # in sync at start
     params = SamplingParams(n=2, max_new_tokens=32, temperature=TEMPERATURE, seed=2)
@@ -174,11 +174,11 @@ def test_sync_follows_new_weights_and_skipped_sync_is_caught(engine, policy, pro
     assert engine.check_sync(model, probe_prompt, probe_resp) < 1e-4
 
 
-def test_sync_engine_streams_then_checks_and_stops_on_a_stale_engine(engine, policy, prompts, monkeypatch):
+def test_sync_engine_streams_then_checks_and_stops_on_a_stale_engine(engine, hf_policy, prompts, monkeypatch):
     """rollout.sync_engine (what the loop calls after every step): the weights are streamed one
     tensor at a time, the probe's gap is recorded, and an engine that did not take the weights
     (sync_weights skipped, or a tensor left out of the stream) stops the run."""
-    model = policy[0]
+    model = hf_policy[0]
     step1 = _perturbed(model, seed=3)
     engine.sync_probe = (prompts[0], prompts[1])  # any fixed token sequence will do
     try:
@@ -281,7 +281,7 @@ def test_too_long_request_fails_before_generating(engine, prompts):
 def test_only_the_listed_harmless_vllm_messages_are_quieted():
     import logging
 
-    from vllm_engine import _HarmlessFilter
+    from plumbing.vllm_engine import _HarmlessFilter
 
     def shown(msg, *args):
         return _HarmlessFilter().filter(logging.LogRecord("vllm.x", logging.WARNING, "f.py", 1, msg, args, None))
@@ -292,13 +292,13 @@ def test_only_the_listed_harmless_vllm_messages_are_quieted():
     assert shown("Following weights were not loaded from checkpoint: %s", {"lm_head.weight"})
 
 
-def test_build_engine_dispatch(policy, model_dir):
+def test_build_engine_dispatch(hf_policy, model_dir):
     # Only the argument checks and the one "auto" rule: a second in-process vLLM engine would cost another start-up.
-    model, tok = policy
+    model, tok = hf_policy
     kw = dict(model=model, tokenizer=tok, model_dir=model_dir, device="cpu", seed=0, max_model_len=MAX_MODEL_LEN)
     with pytest.raises(ValueError, match="--engine must be one of"):
-        plumbing.build_engine("sglang", **kw)
-    assert isinstance(plumbing.build_engine("hf", **kw), rollout.HFEngine)
+        policy.build_engine("sglang", **kw)
+    assert isinstance(policy.build_engine("hf", **kw), rollout.HFEngine)
     assert rollout.resolve_engine("auto") == "vllm" and rollout.resolve_engine("hf") == "hf"  # vLLM is installed here
 
 

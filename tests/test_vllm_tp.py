@@ -41,7 +41,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from vllm_engine import _VLLM_LOG_SETTINGS, HARMLESS_VLLM_MESSAGES  # noqa: E402
+from plumbing.vllm_engine import _VLLM_LOG_SETTINGS, HARMLESS_VLLM_MESSAGES  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun runs on Linux")]
 ARGS = ["--engine", "vllm", "--gen_shards", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "8",

@@ -1,6 +1,6 @@
 """How the learner and its generator workers signal each other, and how the learner's weights reach the workers.
 
-Plumbing beside generator.py, which says what the pool does and when; nothing here is DAPO.
+Plumbing beside plumbing/generator.py, which says what the pool does and when; nothing here is DAPO.
 
 Signals (`Control`): one int64 tensor in shared memory on the learner's host (the workers are its
 children), each entry with a single writer, each read or written as one aligned 8-byte word, so
@@ -18,7 +18,7 @@ no entry is ever seen half-written and no lock is needed:
 
 Weights: the learner's full tensors, one at a time, in the order of its state dict, tagged with
 their version and with the learner's log-probs of a fixed probe sequence (`probe_logprobs`),
-which every worker checks after loading (generator.py). Two transports behind one interface
+which every worker checks after loading (plumbing/generator.py). Two transports behind one interface
 (`send` on the learner, `receive` on a worker), chosen by --generator_weights:
 
     broadcast       torch.distributed broadcast on a process group of its own (the learner's rank
@@ -44,8 +44,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as tdist
 
-import cli
-import forward
+from plumbing import cli, forward
 
 HEARTBEAT_S = 0.5  # a worker's heartbeat period (seconds); the learner's tolerance is --generator_timeout_s
 POLL_S = 0.005  # how often a waiting side looks again at a shared entry (seconds)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributed.fsdp import register_fsdp_forward_method
 
-from distributed import Dist, all_reduce_max, all_reduce_sum
+from plumbing.distributed import Dist, all_reduce_max, all_reduce_sum
 
 PASS_METHOD = "dapo_token_logprobs"  # the model method `attach` adds (run inside the FSDP2 root's forward)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import cli
-import paraphrase
-from estimators import DIVERSITY, paired_bootstrap, problem_scores
+from plumbing import cli
+from evaluation import paraphrase
+from evaluation.estimators import DIVERSITY, paired_bootstrap, problem_scores
 
 # Differences that change what was measured, or which samples were drawn (seed, engine groups; a
 # report older than --vllm_tp had one group per process): each is a warning.

@@ -59,8 +59,7 @@ import torch
 import torch.distributed as tdist
 from safetensors.torch import save_file
 
-import distributed
-import forward
+from plumbing import distributed, forward
 from rollout import Engine, Sample, SamplingParams, _GenerationConfigOf, _stop_ids, check_gap
 
 # vLLM warnings that are expected with this setup and say nothing about the run, each with why.

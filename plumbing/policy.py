@@ -8,11 +8,11 @@ collective below is a no-op). Sections, in order:
   model             policy and tokenizer loading, dropout off, FSDP2 wrapping, saving in HF format,
                     the optimizer and the generation engine (of a name, and of a config)
 
-The other plumbing: distributed.py (torchrun ranks, collectives, engine groups, seeding), loading.py
-(a model sharded from the start under torchrun), forward.py (the trainer's forward passes, micro-batches, the optimizer step),
-cli.py (flags, config checks, one-line errors), runlog.py (the run directory:
-logs, checkpoints, the run's bookkeeping), generator.py (generation beside the learner),
-vllm_engine.py (the vLLM engine).
+The other plumbing: plumbing/distributed.py (torchrun ranks, collectives, engine groups, seeding), plumbing/loading.py
+(a model sharded from the start under torchrun), plumbing/forward.py (the trainer's forward passes, micro-batches, the optimizer step),
+plumbing/cli.py (flags, config checks, one-line errors), plumbing/runlog.py (the run directory:
+logs, checkpoints, the run's bookkeeping), plumbing/generator.py (generation beside the learner),
+plumbing/vllm_engine.py (the vLLM engine).
 """
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ import torch
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-import loading
 import rollout
-import tiny
-import vllm_engine
-from distributed import Dist
+from plumbing import loading, vllm_engine
+from plumbing.distributed import Dist
 
-REPO = Path(__file__).resolve().parent
-DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tiny.py)
+REPO = Path(__file__).resolve().parents[1]  # this file lives in plumbing/
+DEFAULT_MODEL = REPO / "assets" / "tiny-base"  # the tiny base policy (tasks/tiny.py)
 
 
 # --- plumbing: the repository ----------------------------------------------------------------------
@@ -149,6 +147,18 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
     return tokenizer
 
 
+def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
+    """Save a plain tokenizers-library tokenizer and mark its class as PreTrainedTokenizerFast.
+
+    transformers 5 records "TokenizersBackend", and AutoTokenizer on a qwen2 folder would then
+    rebuild it as Qwen's own and mangle text (tasks/tiny.py, build_tokenizer); load_tokenizer reads this mark
+    and loads it as saved.
+    """
+    tokenizer.save_pretrained(out_dir)
+    tc = Path(out_dir) / "tokenizer_config.json"
+    tc.write_text(json.dumps({**json.loads(tc.read_text()), "tokenizer_class": "PreTrainedTokenizerFast"}, indent=2) + "\n")
+
+
 def engine_max_len(model_dir: str, wanted: int) -> int:
     """`wanted` tokens (prompt + response), capped at the model's position limit (config.json)."""
     cfg_path = Path(model_dir or DEFAULT_MODEL) / "config.json"
@@ -209,7 +219,7 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         if getattr(tokenizer, "dapo_plain_fast", False):
-            tiny.save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
+            save_plain_tokenizer(tokenizer, out)  # keeps the class load_tokenizer needs
         else:
             tokenizer.save_pretrained(out)
         (out / "dapo_run.json").write_text(json.dumps(extra, indent=2) + "\n")

@@ -284,7 +284,7 @@ def _cell(x) -> str:
 def markdown(audits: list[dict | None], names: list[str]) -> str:
     """report.md's "Audit of rewarded answers" section, one subsection per run when there are two."""
     out = ["", "## Audit of rewarded answers", "",
-           "Rewarded = scored correct. A flag is a reason to read the answer, not a verdict (audit.py). Counts are over "
+           "Rewarded = scored correct. A flag is a reason to read the answer, not a verdict (evaluation/audit.py). Counts are over "
            "the whole run (rollouts.jsonl); examples and the sample are deterministic (smallest hash per stratum).", ""]
     for a, name in zip(audits, names):
         out += [f"### {name}", ""] if len(audits) > 1 else []

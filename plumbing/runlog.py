@@ -1,6 +1,6 @@
 """A run's directory: metrics and rollout logs, checkpoints and resume, signals and the time budget.
 
-Plumbing a learner may skip on first reading (with plumbing.py). What a run directory holds:
+Plumbing a learner may skip on first reading (with plumbing/policy.py). What a run directory holds:
 
     config.json            run id, the whole config, data and verifier versions, engine
     metrics.jsonl          one line per rollout step (docs/metrics.md)
@@ -34,13 +34,13 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from tqdm import tqdm
 
-import eval as evaluation  # measuring a model (the name shadows the builtin only here)
 import rollout
 import verifier
-from cli import RunStopped
-from distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
-from plumbing import save_hf
-from rollout import RolloutWriter, SamplingParams
+from rollout import RolloutWriter
+from plumbing.cli import RunStopped
+from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
+from plumbing.policy import save_hf
+from tasks import tiny
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -111,7 +111,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
             or this number of processes would cut generation rounds into other shards.
     """
     trainer = json.loads((path / "trainer_state.json").read_text())
-    saved = {**defaults, **trainer["config"]}
+    saved = {**defaults, **tiny.upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
     saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
     shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
     if shards != saved_shards:
@@ -351,42 +351,6 @@ def _truncate_jsonl(path: Path, keep) -> None:
     if path.exists():
         lines = [l for l in path.read_text().splitlines() if l.strip() and keep(json.loads(l))]
         path.write_text("".join(l + "\n" for l in lines))
-
-
-# --- measurements during the run: calls of eval.evaluate ------------------------------------------------
-
-
-def held_out(engine, tokenizer, data, cfg, task, dist: Dist, tag: str) -> dict:
-    """Held-out avg@k, pass@k, maj@k and lengths during training, as heldout/* metrics ({} without data).
-
-    cfg: train.Config (eval_k, eval_temperature, eval_top_p, max_response_len, seed,
-    heldout_seed_offset). The same settings and seed before and after training.
-    """
-    if not data:
-        return {}
-    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
-                            top_p=cfg.eval_top_p, seed=cfg.seed + cfg.heldout_seed_offset)
-    res = evaluation.evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
-    out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
-    out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
-    if dist.main:
-        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
-    return out
-
-
-def probe(engine, tokenizer, data, cfg, task, dist: Dist, step: int, seed: int) -> tuple[dict, list[dict]]:
-    """The fixed probe set during training (held-out prompts that never enter training), sampled
-    with the held-out settings at request seed `seed`; returns probe/* metrics and one record per rollout."""
-    params = SamplingParams(n=cfg.eval_k, max_new_tokens=cfg.max_response_len, temperature=cfg.eval_temperature,
-                            top_p=cfg.eval_top_p, seed=seed)
-    res = evaluation.evaluate(engine, tokenizer, data, params, cfg, task, dist=dist, keep_samples=True)
-    records = [{"step": step, "policy_version": step, "prompt_id": p["id"], "sample_index": si, "response": s["response"],
-                "ground_truth": p["answer"], "correct": s["correct"], "pred": s["pred"], "verifier_reason": s["reason"],
-                "response_tokens": s["tokens"], "finish_reason": s["finish_reason"], "seed": seed,
-                "verifier_version": verifier.VERSION} for p in res["per_problem"] for si, s in enumerate(p["samples"])]
-    m = res["metrics"]
-    return {f"probe/avg@{cfg.eval_k}": m[f"avg@{cfg.eval_k}"], "probe/mean_length": m["mean_length"],
-            "probe/n_problems": len(data), "time/probe": m["gen_seconds"]}, records
 
 
 # --- a run's bookkeeping ----------------------------------------------------------------------------

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
-import audit
-from estimators import DIVERSITY, MAJ_SUBSET_TIE_RULE, bootstrap_ci, diversity_curve, maj_at_j_curve, paired_bootstrap, pass_at_k
+from evaluation import audit
+from evaluation.estimators import DIVERSITY, MAJ_SUBSET_TIE_RULE, bootstrap_ci, diversity_curve, maj_at_j_curve, paired_bootstrap, pass_at_k
 
 # Settings that must agree between the models for their costs to be comparable (else a warning).
 SAME_EXECUTOR = ("dataset_hash", "n_problems", "temperature", "top_p", "max_new_tokens", "seed", "verifier",

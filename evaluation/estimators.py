@@ -2,8 +2,8 @@
 classes, distinct answers and entropy, bootstrap intervals, paired differences.
 
 Pure functions of correctness matrices, answer labels and per-problem values (numpy), used by
-eval.py (measuring a model), frontier.py (smaller budgets derived from one sample of k answers),
-paraphrase.py (the gap between two wordings) and the benchmarks. Tested against brute force and
+eval.py (measuring a model), evaluation/frontier.py (smaller budgets derived from one sample of k answers),
+evaluation/paraphrase.py (the gap between two wordings) and the benchmarks. Tested against brute force and
 hand-derived values in tests/test_eval.py and tests/test_frontier.py.
 """
 
@@ -104,7 +104,7 @@ def maj_at_k(preds: list[str | None], truth_correct: list[bool]) -> bool:
     return winner is not None and bool(truth_correct[winner])
 
 
-# --- smaller budgets from one sample of n answers: means over all subsets (frontier.py) ---------------
+# --- smaller budgets from one sample of n answers: means over all subsets (evaluation/frontier.py) ---------------
 
 
 def _log_comb(n: int) -> np.ndarray:

@@ -6,7 +6,7 @@ differently, with the same answers and the same sampling settings, separates the
 (paraphrase minus original) of each accuracy metric, with a paired bootstrap interval over
 problems (estimators.paired_bootstrap), says whether what the model can do survives a rewording.
 
-    python eval.py --data tiny --limit 100 --k 4 --paraphrases tiny --out OUT      # tiny.py's rewordings
+    python eval.py --data tiny --limit 100 --k 4 --paraphrases tiny --out OUT      # tasks/tiny.py's rewordings
     python eval.py --model DIR --data DATA --paraphrases para.jsonl --out OUT    # any data
 
 Sources of paraphrases (`load`):
@@ -30,9 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-import tiny
-from estimators import paired_bootstrap, problem_scores
+from tasks import tiny
 from task import Dataset, Problem, Task
+from evaluation.estimators import paired_bootstrap, problem_scores
 
 
 def load(spec: str, data: Dataset, tokenizer, cfg, task: Task) -> dict:

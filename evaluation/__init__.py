@@ -1,0 +1,12 @@
+"""The measurements behind eval.py, report.py and preflight.py: estimators and the tools built on them.
+
+    estimators.py   avg@k, unbiased pass@k, maj@k, answer classes, diversity, bootstrap intervals
+    compare.py      two reports on the same problems, paired (`python eval.py compare`)
+    frontier.py     more samples of the base policy or training, at equal generated tokens
+                    (`python eval.py frontier`)
+    audit.py        a stratified sample of rewarded answers for a human, and flags on reward hacks
+    paraphrase.py   the same problems in other words, scored beside the originals
+
+The commands stay at the repository root (eval.py, report.py, preflight.py); these modules never
+import them (tests/test_layout.py).
+"""

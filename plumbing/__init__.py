@@ -1,0 +1,23 @@
+"""The machinery a first reading of DAPO skips: processes, the trainer's forward passes, the run's files.
+
+Nothing in this folder is the algorithm (that is dapo.py, read through train.py). A single-GPU fork
+can ignore most of it: with one process every collective below is a no-op.
+
+    policy.py       load the policy and its tokenizer, wrap it in FSDP2, save it in HF format; the
+                    optimizer; the generation engine (of a name, and of a config); the repository commit
+    loading.py      Hugging Face checkpoints loaded straight into FSDP2 shards, gathered for saving
+    distributed.py  torchrun ranks, the few collectives the loop needs, engine groups, seeding
+    forward.py      log-probs and entropy from hidden states, micro-batch layouts, old log-probs,
+                    the optimizer step
+    generator.py    generation in a pool of processes beside the learner (--max_policy_lag)
+    transport.py    how the learner and its generator workers signal each other and pass weights
+    vllm_engine.py  vLLM behind rollout.Engine
+    runlog.py       the run directory: metrics and rollout logs, checkpoints and resume, signals
+    cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
+
+Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);
+in evaluation/ if it measures a model or a run; in tasks/ if it is a task; at the repository root
+only if it is one of the algorithm's components or a command a user types. Modules here may import
+the root's components (rollout, task, verifier, dapo) but never its commands (train, eval, report,
+preflight); tests/test_layout.py checks that.
+"""

@@ -1,0 +1,9 @@
+"""Tasks shipped with the repository, each a subclass of task.Task (task.py: the interface a fork implements).
+
+    tiny.py         the built-in toy task: column addition with a character tokenizer; what
+                    `python train.py` trains on
+    tiny_base.py    builds the tiny base policy shipped in assets/tiny-base
+                    (`python -m tasks.tiny_base`)
+
+A fork's task can live anywhere importable and is chosen with `--task module:Class` (docs/forking.md).
+"""
