@@ -201,9 +201,9 @@ Added in dapo-verifier-3 (each kind has its table of cases in tests/test_verifie
 26. Either side of an equation states the value: "17 = x", "512 = 2^9", "x = 512 = 2^{9}"; every
     side that reads as a number must agree ("12 = 13", "16 = 4^2 = 17" are multiple_answers).
 
-The "math" mode extracts the final answer with the same rules (1-18 and 23; the last "Answer:"
-line decides, earlier ones are not compared as in 20), then: our normaliser removes
-\\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
+The "math" mode extracts the final answer with the same rules (1-18, 23, and G1-G2 of the grammar;
+the last "Answer:" line decides, earlier ones are not compared as in 20), then: our normaliser
+removes \\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
 lists count as several answers unless the ground truth is a set of values too (22), and an
 ellipsis unless the ground truth has one; non-ASCII characters other than a few math symbols
 (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings or two plain integers are decided here;
@@ -260,15 +260,17 @@ tests/test_verifier_grammar.py):
     line, the format the prompt asks for, only a restatement said to be the answer takes it back
     ("Wait, the answer is actually 17", "the actual count is 17", "the correct total is 17"), so
     that a check written after it ("Wait, let me double-check: there are 10 ways ...") does not
-    cost a right answer. "=" and ":" restate nothing: a check
-    ("19 = 10 + 9") takes nothing back; the value must follow a copula or a verb of result within
-    _RETRACTION_REACH bytes of the contrast word.
+    cost a right answer. "=" and ":" restate nothing: a check ("19 = 10 + 9") takes nothing back;
+    the value must follow a copula or a verb of result within _RETRACTION_REACH bytes of the
+    contrast word.
 37. Boxes are read with the words around them (G2): "Answer: \\boxed{12} or 13" is multiple_answers
     (was correct for 12: the words beside a box were not read).
 38. Math mode, sets and relations (G6): "\\varnothing", "\\emptyset", "\\{\\}", "\\{ \\}", "∅" are one
-    set (math-verify 0.9.0: "\\varnothing" != "\\emptyset"); "\\backslash" is "\\setminus"; a value
+    set (math-verify 0.9.0: "\\varnothing" != "\\emptyset"); "\\backslash" and a minus sign between
+    sets ("\\mathbb{R} - \\{0\\}") are "\\setminus"; a modulus has one spelling ("\\pmod{7}"); a value
     without "=" against a ground truth that is an equation is wrong unless the equation assigns one
-    variable ("0" against "a + z = 0": math-verify says equal, comparing right-hand sides).
+    variable ("0" against "a + z = 0": math-verify says equal, comparing right-hand sides; the rule
+    is written at _TOP_EQUALS).
 39. Time (G7): an answer whose value would take sympy seconds to build or expand is refused before
     parsing (MAX_VALUE_DIGITS, MAX_FACTORIAL_ARGUMENT, MAX_EXPANSION_TERMS, MAX_SERIES_TERMS,
     MAX_SERIES_WORK, each with its measurement): binomials of ten-million-scale arguments, towers of
@@ -1976,10 +1978,10 @@ class _CostReader:
     def script(self) -> _Cost:
         """A superscript or command argument: a brace group, or one token."""
         if self.peek() == "{":
-            return self.group("}")
+            return self.group()
         return self.atom()
 
-    def group(self, closer: str) -> _Cost:
+    def group(self) -> _Cost:
         """From an opening bracket to its closer: expressions, separated by commas (a tuple or set)."""
         self.at += 1
         parts = []
@@ -2004,7 +2006,7 @@ class _CostReader:
             digits = token.replace(".", "")
             return _Cost(float(len(digits)), _small(int(token)) if "." not in token else None)
         if token in ("(", "[", "{", "\\{", "\\lfloor", "\\lceil", "|"):
-            return self.group("")
+            return self.group()
         if token == "\\left":
             self.at += 1
             return self.atom()
@@ -2016,7 +2018,7 @@ class _CostReader:
             return _binomial(self.script(), self.script())
         if token == "\\sqrt":
             if self.peek() == "[":
-                self.group("]")
+                self.group()
             radicand = self.script()
             return _Cost(radicand.size, None, 1, False)
         if token in _SERIES:
