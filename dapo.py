@@ -35,8 +35,8 @@ Each DAPO intervention is one function with one config switch (train.py `Config`
     | after DAPO: GSPO (Qwen, 2025)           | gspo_loss                | surrogate "clip"         |
 
 Group advantages (group_advantages) are shared by GRPO and DAPO, and so are the log-probs and
-the true entropy that the ratio and the entropy metric come from: forward.token_logprobs, which
-computes them from the model's hidden states a chunk of positions at a time.
+the true entropy that the ratio and the entropy metric come from: token_logprobs in
+plumbing/forward.py, which computes them from the model's hidden states a chunk of positions at a time.
 
 Nothing here does I/O, touches distributed state or loads a model. Denominators that depend on
 the whole optimizer step (all micro-batches, all ranks) are explicit arguments: the caller counts

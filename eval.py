@@ -100,7 +100,8 @@ class EvalConfig:
     few_shot: str = F("", "worked examples before each problem: N (the task's own) or a .jsonl of {problem, response}; "
                       "'' = the checkpoint's")
     verifier: str = F("", f"answer rule, one of {verifier.MODES}; '' = the checkpoint's (paper: dapo-official)")
-    limit: int = F(0, "evaluate the first N distinct problems (0 = all)")
+    limit: int = F(0, "evaluate the first N distinct problems (0 = the checkpoint's --eval_limit on its own --eval_data, "
+                      "else all)")
     seed: int = F(0, "seeds the sampler (per rank, see rank_seed) and the bootstrap")
     greedy: bool = F(True, "also decode greedily (temperature 0) for greedy_pass@1")
     engine: str = F("hf", "hf | vllm | auto (vllm when `import vllm` works, else hf): the same rule and default as train.py")
@@ -403,6 +404,7 @@ class ModelSettings:
     task_args: str = "{}"
     data: str = "tiny"
     eval_data: str = "tiny"
+    eval_limit: int = 256
     trust_remote_code: bool = False
 
 
@@ -471,7 +473,8 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     name = task_spec(ecfg.task or settings.task, spec)
     task = load_task(name, ecfg.task_args or (settings.task_args if name == task_spec(settings.task, settings.data) else "{}"))
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    data = task.load(spec, tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
+    limit = ecfg.limit or (settings.eval_limit if spec == settings.eval_data else 0)  # the run's held-out set
+    data = task.load(spec, tokenizer, settings, held_out=True, limit=limit, flag="--data")  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,

@@ -44,7 +44,7 @@ import verifier
 from plumbing import cli, distributed, policy
 from evaluation import audit
 from rollout import SamplingParams
-from task import Task, dedupe_by_id, task_spec
+from task import Task, dedupe_by_id, task_of, task_spec
 
 # train.Config fields the pre-flight reads; each is a flag, defaulting to the preset's value.
 SHARED = ("model", "data", "group_size", "max_response_len", "overlong_penalty", "overlong_buffer", "overlong_factor",
@@ -80,7 +80,7 @@ def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace
     # train.py's rules on the settings a run would use; the batch layout is the trainer's business (no flag here), so
     # it is checked as one group per mini-batch, which every group size divides
     cli.check_config(dataclasses.replace(cfg, mini_batch_size=cfg.group_size, micro_batch_size=cfg.group_size))
-    train.task_and_config(cfg, None)  # a --task that cannot be built stops here
+    task_of(cfg)  # a --task that cannot be built stops here
     return cfg, args
 
 
@@ -97,15 +97,17 @@ def set_hash(problems: list) -> str:
 
 
 def score_answers(problems, samples, texts, cfg, task: Task) -> list[dict]:
-    """One record per answer: the task's verdict (cfg.verifier), every other mode's, the answer route,
-    format errors and the soft overlong punishment (paper eq. 13) it would get."""
+    """One record per answer: the task's verdict (cfg.verifier), every other mode's (only for a task that
+    scores with verifier.py: a fork's own reward has no modes to compare), the answer route, format
+    errors and the soft overlong punishment (paper eq. 13) it would get."""
+    modes = type(task).score is Task.score  # the task's reward is verifier.py's rule
     out = []
     for p, group, group_texts in zip(problems, samples, texts):
         lengths = torch.tensor([len(s.token_ids) for s in group])  # (G,)
         over = (dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,
                                       penalty_factor=cfg.overlong_factor) if cfg.overlong_penalty else torch.zeros(len(group)))
         for i, (s, text, sc) in enumerate(zip(group, group_texts, task.score(group_texts, p, cfg))):
-            others = audit.other_verdicts(text, p.answer, cfg.verifier)
+            others = audit.other_verdicts(text, p.answer, cfg.verifier) if modes else {}
             markers = audit.answer_markers(text)
             fmt = (["no_answer_line"] if markers == 0 else []) + (
                 ["several_candidates"] if sc.reason == "multiple_answers" or markers > 1 else []) + (["truncated"] if s.truncated else [])
@@ -118,8 +120,9 @@ def score_answers(problems, samples, texts, cfg, task: Task) -> list[dict]:
     return out
 
 
-def summarize(answers: list[dict], cfg) -> dict:
-    """Counts: verdict reasons, format errors, mode agreement, uniform groups, lengths against the budget."""
+def summarize(answers: list[dict], cfg, rule: str | None = None) -> dict:
+    """Counts: verdict reasons, format errors, mode agreement, uniform groups, lengths against the budget.
+    rule: the name of the verdict's rule (default cfg.verifier)."""
     n = len(answers)
     by_prompt: dict[str, list] = {}
     for a in answers:
@@ -129,9 +132,10 @@ def summarize(answers: list[dict], cfg) -> dict:
     groups = {"prompts": len(right), "all_correct": sum(r == G for r in right) / len(right),
               "all_wrong": sum(r == 0 for r in right) / len(right), "mixed": sum(0 < r < G for r in right) / len(right),
               "dropped_by_dynamic_sampling": sum(r in (0, G) for r in right) / len(right)}
-    modes = {cfg.verifier: {"correct_frac": float(np.mean([a["correct"] for a in answers])), "disagree": 0, "not_comparable": 0}}
+    modes = {rule or cfg.verifier: {"correct_frac": float(np.mean([a["correct"] for a in answers])), "disagree": 0,
+                                    "not_comparable": 0}}
     for m in verifier.MODES:
-        if m != cfg.verifier:
+        if m != cfg.verifier and all(m in a["other"] for a in answers):
             judged = [a for a in answers if a["other"][m] is not None]
             modes[m] = {"correct_frac": float(np.mean([a["other"][m]["correct"] for a in judged])) if judged else None,
                         "disagree": sum(a["other"][m]["correct"] != a["correct"] for a in judged),
@@ -262,7 +266,7 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
             or a prompt longer than --max_prompt_len under --prompt_truncation error.
     """
     distributed.seed_everything(cfg.seed, cfg.threads)
-    task, cfg = train.task_and_config(cfg, None)
+    task, cfg = task_of(cfg)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     rows, name, data_hash = task.read(cfg.data, cfg, held_out=False)
     chosen, prompts, too_long = [], [], 0
@@ -288,16 +292,17 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
     samples, gen_s = rollout.timed_generate(engine, prompts, params)  # (P, G) Samples
     texts = [[tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group] for group in samples]
     answers = score_answers(chosen, samples, texts, cfg, task)
+    rule = cfg.verifier if type(task).score is Task.score else f"{type(task).__name__}.score"  # a fork's own reward
     settings = {"model": cfg.model or "assets/tiny-base", "task": task_spec(cfg.task, cfg.data), "task_args": cfg.task_args,
                 "data": name, "dataset_hash": data_hash, "prompt_set_hash": set_hash(chosen),
                 "prompts": len(chosen), "prompts_too_long_skipped": too_long,
                 "prompt_rule": "the n problems with the smallest sha256 of (id, messages, answer)",
                 "template_hash": task.template_hash(tokenizer, cfg), "group_size": cfg.group_size,
                 "max_response_len": cfg.max_response_len, "overlong_buffer": cfg.overlong_buffer if cfg.overlong_penalty else 0,
-                "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed, "verifier": cfg.verifier,
+                "temperature": cfg.temperature, "top_p": cfg.top_p, "seed": cfg.seed, "verifier": rule,
                 "verifier_version": verifier.VERSION, "engine": f"{engine.name} {engine.version}", "gen_seconds": round(gen_s, 2),
                 "commit": policy.repo_commit()}
-    res = {"settings": settings, "prompt_ids": [p.id for p in chosen], "counts": summarize(answers, cfg),
+    res = {"settings": settings, "prompt_ids": [p.id for p in chosen], "counts": summarize(answers, cfg, rule),
            "sheet": to_check(answers, show)}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -482,7 +482,7 @@ def envelope(run: dict) -> dict:
 
 def length_correctness(rollouts: list[dict], budget: int) -> list[list]:
     """Rows [length bucket, rollouts, share, correct frac, truncated frac, verifier reasons, mean gen_wall_s]:
-    four equal bins of the budget for finished answers (as eval.length_table), the truncated ones, all."""
+    four equal bins of the budget for finished answers (as evaluation/reports.py's length_table), the truncated ones, all."""
     lens = np.array([x["response_tokens"] for x in rollouts])  # (N,)
     trunc = np.array([bool(x["truncated"]) for x in rollouts])  # (N,)
     edges = [round(budget * q / 4) for q in range(5)]

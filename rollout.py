@@ -11,7 +11,7 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
     weight sync is only a version bump). Works everywhere, including under FSDP.
   * `VLLMEngine` (plumbing/vllm_engine.py, which imports vLLM only when an engine is built, so nothing
     here needs vLLM) plugs in behind the same interface, one engine per process or one per group
-    of ranks (tensor parallelism, `Engine.tp`). plumbing.build_engine is the one factory of both.
+    of ranks (tensor parallelism, `Engine.tp`). policy.build_engine is the one factory of both.
   * `sync_engine`, which streams the trainer's weights to the engine one parameter at a time
     (`stream_weights`) and checks them.
   * `RolloutRecord` and `RolloutWriter`: one JSON line per rollout with the provenance that

@@ -263,8 +263,11 @@ class Task:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
         return ids[-cfg.max_prompt_len:] if cfg.prompt_truncation == "left" else ids
 
-    def load(self, spec: str, tokenizer, cfg, *, held_out: bool, limit: int = 0) -> Dataset:
+    def load(self, spec: str, tokenizer, cfg, *, held_out: bool, limit: int = 0, flag: str = "") -> Dataset:
         """Read a dataset and tokenise every prompt once (before any training or evaluation).
+
+        flag: the command-line flag that named `spec` ("--data", "--eval_data"), put before `read`'s
+        errors so that a wrong one is named.
 
         Held-out data is counted by problem id (deduplicated) and cut to its first `limit` problems.
         A prompt over --max_prompt_len tokens stops here under --prompt_truncation error (the
@@ -273,7 +276,12 @@ class Task:
         Raises:
             ValueError: as `read`; a prompt too long under "error"; no prompt fits.
         """
-        rows, name, data_hash = self.read(spec, cfg, held_out=held_out, limit=limit)
+        try:
+            rows, name, data_hash = self.read(spec, cfg, held_out=held_out, limit=limit)
+        except (ValueError, FileNotFoundError) as e:
+            if not flag:
+                raise
+            raise (FileNotFoundError if isinstance(e, FileNotFoundError) else ValueError)(f"{flag} {spec!r}: {e}") from e
         problems = dedupe_by_id(rows)[: limit or None] if held_out else rows
         repeats = Counter(Counter(p.id for p in rows).values())  # {rows per id: how many ids}
         info = {"dataset_rows": len(rows),
@@ -336,17 +344,33 @@ def load_task(spec: str, args: str | dict = "{}") -> Task:
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ValueError(f"--task {spec!r}: {name} is not a subclass of task.Task; subclass it and override read, "
                          "messages, score and check_answer (docs/forking.md)")
+    fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    example = json.dumps({k: f.default for k, f in list(fields.items())[:1]})  # the class's own first option
     try:
         kwargs = json.loads(args) if isinstance(args, str) else dict(args)
     except json.JSONDecodeError as e:
-        raise ValueError(f"--task_args {args!r}: not JSON ({e.msg}); pass an object such as '{{\"train_size\": 100}}'") from None
+        raise ValueError(f"--task_args {args!r}: not JSON ({e.msg}); pass an object such as '{example}'") from None
     if not isinstance(kwargs, dict):
-        raise ValueError(f"--task_args {args!r}: expected a JSON object of {name}'s options, e.g. '{{}}'")
-    options = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
-    unknown = sorted(set(kwargs) - set(options))
+        raise ValueError(f"--task_args {args!r}: expected a JSON object of {name}'s options, e.g. '{example}'")
+    unknown = sorted(set(kwargs) - set(fields))
     if unknown:
-        raise ValueError(f"--task_args: {name} has no option {unknown[0]!r}; its options are {options or 'none'}")
+        raise ValueError(f"--task_args: {name} has no option {unknown[0]!r}; its options are {list(fields) or 'none'}")
+    for key, value in kwargs.items():  # JSON gives str, int, float, bool, list, dict, None: check the plain types
+        want = {"int": int, "float": (int, float), "str": str, "bool": bool}.get(str(fields[key].type))
+        if want and (not isinstance(value, want) or (want is int and isinstance(value, bool))):
+            raise ValueError(f"--task_args: {name}'s option {key!r} is {fields[key].type}, got {value!r}")
     return cls(**kwargs)
+
+
+def task_of(cfg, task: Task | None = None) -> tuple[Task, object]:
+    """(the task, the config that names it) for a run's config (train.Config): the config's own task
+    (--task, --task_args: `load_task`), or `task`, an object given from Python, recorded in a copy of
+    the config as module:Class with its options, so that eval.py and a resume find it."""
+    if task is None:
+        return load_task(task_spec(cfg.task, cfg.data), cfg.task_args), cfg
+    options = dataclasses.asdict(task) if dataclasses.is_dataclass(task) else {}
+    return task, dataclasses.replace(cfg, task=f"{type(task).__module__}:{type(task).__qualname__}",
+                                     task_args=json.dumps(options, sort_keys=True))
 
 
 def _read_parquet(path: Path) -> tuple[list[Problem], list[str]]:

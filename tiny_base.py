@@ -3,6 +3,7 @@
 import sys
 
 if __name__ == "__main__":
-    print("error: the tiny base-policy builder moved to tasks/tiny_base.py: run `python -m tasks.tiny_base` "
-          f"{' '.join(sys.argv[1:])}".rstrip(), file=sys.stderr)
+    args = "".join(f" {a}" for a in sys.argv[1:])
+    print(f"error: the tiny base-policy builder moved to tasks/tiny_base.py: run `python -m tasks.tiny_base{args}`",
+          file=sys.stderr)
     sys.exit(2)

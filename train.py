@@ -20,8 +20,9 @@ then `train`, whose loop names each stage:
 
 The math of each stage is one function of dapo.py. The machinery a first reading can skip lives in
 plumbing/: the forward passes (plumbing/forward.py), building the policy and its engine
-(plumbing/policy.py), processes (plumbing/distributed.py), checkpoints and log files (plumbing/runlog.py). How this code departs from the
-paper and the official code: docs/algorithm.md "Departures from the paper and the official code".
+(plumbing/policy.py), processes (plumbing/distributed.py), checkpoints and log files
+(plumbing/runlog.py). How this code departs from the paper and the official code: docs/algorithm.md
+"Departures from the paper and the official code".
 """
 
 from __future__ import annotations
@@ -44,16 +45,13 @@ import eval as ev  # measuring a model (`ev`, not `eval`: the name would shadow 
 import rollout
 import verifier
 from rollout import Sample, SamplingParams
-from task import Dataset, Problem, PromptStream, Task, load_task, task_spec
+from task import Dataset, Problem, PromptStream, Task, task_of
 from tasks import arith
 
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
 from plumbing import cli, distributed, forward, generator, models, policy, runlog
 from plumbing.cli import F
 from plumbing.distributed import Dist, all_reduce_sum
-
-PROBE_ROUND = -1  # the probe set is sampled with the request seed of "round -1" of its step (no generation round has it)
-
 
 # --- config ---------------------------------------------------------------------------------------
 
@@ -75,8 +73,9 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
-    surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after DAPO: cispo "
-                       "(MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); docs/algorithm.md \"After DAPO\"")
+    surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after "
+                       "DAPO: cispo (MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); "
+                       "docs/algorithm.md \"After DAPO\"")
     cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] "
                               "(ScaleRL 0)")
     cispo_high: float = F(5.0, "[1 + eps_IS_high] --surrogate cispo: highest importance weight, absolute, >= 1 "
@@ -129,9 +128,10 @@ class Config:
     temperature: float = F(1.0, "training sampling temperature (paper 1.0)")
     top_p: float = F(1.0, "training nucleus top_p (paper 1.0)")
     # off-policy correction (docs/async.md): naive = the paper's loss
-    offpolicy_objective: str = F("naive", f"one of {dapo.OFFPOLICY_OBJECTIVES}: naive (old = the learner's recomputed log-probs, "
-                                 "the official loss), bypass (old = the sampler's), decoupled (clip around the learner's, each "
-                                 "token weighted by min(pi_old / pi_sampler, C): truncated importance sampling at no lag)")
+    offpolicy_objective: str = F("naive", f"one of {dapo.OFFPOLICY_OBJECTIVES}: naive (old = the learner's "
+                                 "recomputed log-probs, the official loss), bypass (old = the sampler's), decoupled "
+                                 "(clip around the learner's, each token weighted by min(pi_old / pi_sampler, C): "
+                                 "truncated importance sampling at no lag)")
     offpolicy_cap: float = F(2.0, "[C] the decoupled objective's weight cap (Yao et al. 2025 and verl's examples: 2)")
     offpolicy_weight_mode: str = F("cap", "decoupled, a weight above C: 'cap' (truncated to C) or 'mask' (token "
                                           "dropped)")
@@ -263,7 +263,7 @@ def parse_config(argv: list[str] | None = None) -> Config:
     values.update({k: v for k, v in args.items() if v is not None})
     cfg = Config(**values)
     cli.check_config(cfg)
-    task_and_config(cfg, None)  # a --task or --task_args that cannot build the task stops here, before any work
+    task_of(cfg)  # a --task or --task_args that cannot build the task stops here, before any work
     return dataclasses.replace(cfg, task_args=json.dumps(json.loads(cfg.task_args), sort_keys=True))  # one spelling
 
 
@@ -435,6 +435,9 @@ def collect_groups(step: int, engine, stream: PromptStream, data: Dataset, cfg: 
     return Rollouts(kept, generated, expired, stats)
 
 
+PROBE_ROUND = -1  # the probe set's request seed is that of "round -1" of its step (no generation round has it)
+
+
 def request_seed(seed: int, step: int, rnd: int, shard: int) -> int:
     """Sampler seed of one generation request: a hash of (seed, step, round, shard), recorded with each rollout."""
     return int.from_bytes(hashlib.sha256(f"{seed}-{step}-{rnd}-{shard}".encode()).digest()[:4], "little")
@@ -570,7 +573,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     task: the task to train on; None = the config's (--task, --task_args). A task given here is
     recorded in the run's config as module:Class with its options, so eval.py and a resume find it.
     """
-    task, cfg = task_and_config(dataclasses.replace(cfg, model=models.resolve(cfg.model)), task)  # a named model: its dir
+    task, cfg = task_of(dataclasses.replace(cfg, model=models.resolve(cfg.model)), task)  # a named model: its dir
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
     dist, device = distributed.init_distributed(cfg.device)
     distributed.seed_everything(cfg.seed, cfg.threads)
@@ -623,22 +626,14 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     return run.finish(model, tokenizer, run.state["heldout_before"], after)
 
 
-# --- plumbing of the loop: setup, evaluation calls, the run's bookkeeping (skip on first reading) -----
-
-
-def task_and_config(cfg: Config, task: Task | None) -> tuple[Task, Config]:
-    """(the task, the config that names it): the config's task (task.load_task), or `task` recorded in the config."""
-    if task is None:
-        return load_task(task_spec(cfg.task, cfg.data), cfg.task_args), cfg
-    options = dataclasses.asdict(task) if dataclasses.is_dataclass(task) else {}
-    return task, dataclasses.replace(cfg, task=f"{type(task).__module__}:{type(task).__qualname__}",
-                                     task_args=json.dumps(options, sort_keys=True))
+# --- plumbing of the loop: setup (skip on first reading) ---------------------------------------------------
 
 
 def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | None]:
     """Training data and held-out data (None with --eval_data ''), every prompt tokenised once."""
-    data = task.load(cfg.data, tokenizer, cfg, held_out=False)
-    held_out = task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit) if cfg.eval_data else None
+    data = task.load(cfg.data, tokenizer, cfg, held_out=False, flag="--data")
+    held_out = None if not cfg.eval_data else task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit,
+                                                         flag="--eval_data")
     return data, held_out
 
 

@@ -20,6 +20,75 @@ unknown mode. Three modes:
   sympy, never `eval`) decides equivalence inside a persistent worker process that is killed past
   `timeout_s`, with our rule for comparing numbers (deviation 21).
 
+The final-answer grammar of "dapo" and "math" (dapo-verifier-4). The rules are this table; the code
+cites its rows (G1-G7), and the numbered deviations below record, case by case, how each part departs
+from the official rule. In "math" mode a value is any LaTeX answer and rows G3-G5 do not apply (its
+values contain words and letters); "dapo-official" follows none of it.
+
+  row | part of the response                  | read as                          | e.g.
+  ----+---------------------------------------+----------------------------------+-----------------------------
+  G1  | the response                          | the text after the last          | "<think>..</think>Answer: 12"
+      |                                       | "</think>", up to its first      | "Answer: 12<|im_end|>",
+      |                                       | end-of-turn token (<|name|>,     | "12</s>", "12<|eot_id|>",
+      |                                       | </s>, <eos>, <end_of_turn>)      | "12<|endoftext|>"
+  G1  | the final statement                   | the last "Answer:" line, else    | deviations 7, 8, 13, 14, 20
+      |                                       | the last <answer>..</answer>,    | and 23; "<answer>18</answer>"
+      |                                       | else the last box; all values of |
+      |                                       | the final answer section agree   |
+  G2  | transparent wrappers, nested in any   | the value they wrap:             |
+      | order:  markup                        |                                  | "**13**", "`13`", "<b>13</b>"
+      |         math delimiters, environments |                                  | "$13$", "\\(13\\)", "\\[13\\]"
+      |         boxes, text and style         |                                  | "\\boxed{13}", "\\text{13}"
+      |         units, percent, degrees       |                                  | "13 apples", "13\\,\\text{cm}"
+      |         trailing punctuation, LaTeX   |                                  | "13.", "13;", "$13$ \\\\",
+      |         spacing and line breaks       |                                  | "13\\quad", "\\qquad 13"
+      |         digit groups                  |                                  | "1,000", "18 {, }936"
+      |         a congruence's modulus        | the residue, never the modulus   | "x \\equiv 3 \\pmod 7": 3
+      |         an equation's other side      | every numeric side must agree    | "x = 13", "13 = m + n"
+  G3  | a sentence frame before the value     | the value, when the frame states | "The largest $n$ is 34.",
+      |                                       | no other value (digits or words) | "There are 34 ways."
+      |                                       | and neither hedges nor changes it|
+  G4  | working after the value, in brackets  | never read: adds no candidate,   | "18 (3 boxes of 6 eggs)",
+      | or after , ; - or a full stop         | but refused if it hedges or is a | "18, 3 boxes of 6 eggs",
+      |                                       | value of its own ("18 (19)")     | "18 (= 6 \\times 3)"
+      |   a clause or closing phrase          | never read (deviation 15)        | "56, since 7 x 8 = 56"
+  --- | refused, reward -1:                   |                                  |
+  G2-4| two different values                  | multiple_answers                 | "12, 13", "12 or 13",
+      |                                       |                                  | "18 (19)", "18, nineteen",
+      |                                       |                                  | a column of boxes (23)
+      | a relation or a hedge                 | malformed                        | "12 or more", "at least 12",
+      |                                       |                                  | "The answer is about 12"
+      | a word or sign that changes the value | malformed                        | "6 squared", "twice 17",
+      |                                       |                                  | "10^4", "2 \\times 6"
+      | an option letter alone                | malformed                        | "(B)", "\\text{(C)}"
+  G5  | a final statement the text then takes | multiple_answers                 | "if all were valid it would
+      | back: after it, a word of contrast    |                                  | be \\boxed{19}, but two are
+      | (but, however, actually, wait), or a  |                                  | invalid, so the actual
+      | box in a hypothetical sentence (would |                                  | count is 17."; "Answer: 19
+      | if), then another value after a       |                                  | Wait, the answer is 17."
+      | copula (after an "Answer:" line, one  |                                  |
+      | said to be the answer: "the actual    |                                  |
+      | count is", "the answer is")           |                                  |
+  G6  | math mode: empty set notations        | one set, not {0}                 | "\\varnothing" == "\\{ \\}"
+      |   set difference                      | read as \\setminus                | "\\mathbb{R} \\backslash \\{0\\}"
+      |   a ground truth that is an equation  | a value without "=" is wrong     | "0" != "a + z = 0";
+      |                                       | unless it assigns one variable   | "5" == "x = 5"
+  G7  | math mode: an answer too expensive to | malformed, before parsing; the   | "\\binom{10^7}{5 \\cdot 10^6}",
+      | evaluate (see MAX_VALUE_DIGITS ff.)   | time limit covers the whole call | "9^{9^{9^{9}}}", "100000!"
+
+A frame (G3) is words, variables ("$a_{10}$", "$m+n$", "$2a$": no value of their own), Greek
+letters and text commands up to the value. It hedges with "maybe", "probably", "approximately",
+"would", "if", "or", "at least", "than", "is not" and their kin anywhere in it, and changes the value
+when the word right before it is one of "about", "over", "under", "of", "by", "twice", "half",
+"squared", "not", "plus", "minus", ...; number words in it must spell the value. Working (G4) is text
+with digits that does not itself read as a value; it is cut before the value is read, so it can
+hold numbers without adding candidates ("the stated value is the first number"). A bracket or item
+that is a value of its own ("18 (19)", "18, 19 eggs", "18, as well as 19", "x = 1, y = 2") stays a
+second value, and one that hedges ("18 (or 19)", "18, maybe 19") is refused. Boxes inside an
+"Answer:" line are wrappers too (G2): the line is read with their contents in place, so "\\boxed{12}
+or 13" is two values; when the words around the boxes state nothing (no digit, hedge or value
+word), the boxes alone are the value, as before (deviation 8).
+
 How the "dapo" mode departs from the official rule, with the case that motivated each change:
 
  1. The whole response is searched, not its last 300 characters.
@@ -40,7 +109,7 @@ How the "dapo" mode departs from the official rule, with the case that motivated
     "1,000 000" and "12 13" are not groupings: a list is never read as one number.
  7. A response with no "Answer:" line is judged on its last box (deviation 13 lists the spellings).
     "... so the answer is \\boxed{13}." : official wrong.
- 8. A box inside the answer line is the value, whatever the words around it.
+ 8. A box inside the answer line is the value, read with the words around it (G2, G3).
     "Answer: the final answer is \\boxed{13}" : official compares "thefinalansweris13".
  9. Units and signs after the value are ignored: "13 apples", "13 \\text{cm}^2", "\\$13", "13\\%",
     degrees in every spelling ("13^\\circ", "13^{\\circ}", "13\\degree", "13\\textdegree", "13°"),
@@ -132,9 +201,9 @@ Added in dapo-verifier-3 (each kind has its table of cases in tests/test_verifie
 26. Either side of an equation states the value: "17 = x", "512 = 2^9", "x = 512 = 2^{9}"; every
     side that reads as a number must agree ("12 = 13", "16 = 4^2 = 17" are multiple_answers).
 
-The "math" mode extracts the final answer with the same rules (1-18 and 23; the last "Answer:"
-line decides, earlier ones are not compared as in 20), then: our normaliser removes
-\\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
+The "math" mode extracts the final answer with the same rules (1-18, 23, and G1-G2 of the grammar;
+the last "Answer:" line decides, earlier ones are not compared as in 20), then: our normaliser
+removes \\left/\\right, \\dfrac, spacing commands and thousands separators; alternatives ("or", "\\pm") and
 lists count as several answers unless the ground truth is a set of values too (22), and an
 ellipsis unless the ground truth has one; non-ASCII characters other than a few math symbols
 (π ° ∞ × · ≤ ≥ −) are malformed; two identical strings or two plain integers are decided here;
@@ -168,8 +237,46 @@ never used: it calls sympy's parse_expr, i.e. eval(). Departures from math-verif
 29. Time: a prediction nested more than MAX_NESTING_DEPTH brackets deep or of more than
     MAX_ANSWER_TOKENS tokens is malformed before it reaches the parser, which would take seconds
     on it (a \\frac nested 90 deep ran into the time limit); see the two constants for the
-    measurements. A timeout kills its worker, and one spare worker is kept started ahead, so the
-    next call takes it ready instead of waiting 2-4 s for a worker to start.
+    measurements. A timeout kills its worker, and spare workers are kept started ahead, so the
+    next call takes one ready instead of waiting 2-4 s for a worker to start.
+
+Added in dapo-verifier-4 (the grammar above; each kind has its table of cases and its properties in
+tests/test_verifier_grammar.py):
+
+30. End-of-turn tokens end the response (G1): "Answer: 12<|im_end|>" (dapo-verifier-3: malformed).
+    Without an "Answer:" line, an "<answer>...</answer>" pair is the final statement, the format of
+    many GRPO recipes (was no_answer, or its last box); after one, such a pair must agree with it.
+31. A sentence frame around the one value (G3): "Final Answer: The largest $n$ is 34." (was malformed).
+32. Working after the value (G4): "Answer: 18 (3 boxes of 6 eggs)" states 18, the first number
+    (was malformed; the official rule compares "18(3boxesof6eggs)").
+33. Trailing LaTeX line breaks and spacing (G2): "Answer: $24$ \\\\" (was malformed).
+34. "{,}" groups with stray spaces (G2): "18 {, }936" is 18936, as the official rule reads it (was
+    multiple_answers).
+35. Congruences (G2): "x \\equiv 3 \\pmod 7", "3 \\bmod 7", "3 \\mod 7", "3 (mod 7)" state 3; the
+    modulus is never the answer (was malformed). Math mode drops the modulus when the ground truth
+    has none.
+36. A box the text takes back (G5): "... would be \\boxed{19}, but two are invalid, so the actual
+    count is 17." is multiple_answers (was correct for 19: a false positive). After an "Answer:"
+    line, the format the prompt asks for, only a restatement said to be the answer takes it back
+    ("Wait, the answer is actually 17", "the actual count is 17", "the correct total is 17"), so
+    that a check written after it ("Wait, let me double-check: there are 10 ways ...") does not
+    cost a right answer. "=" and ":" restate nothing: a check ("19 = 10 + 9") takes nothing back;
+    the value must follow a copula or a verb of result within _RETRACTION_REACH bytes of the
+    contrast word.
+37. Boxes are read with the words around them (G2): "Answer: \\boxed{12} or 13" is multiple_answers
+    (was correct for 12: the words beside a box were not read).
+38. Math mode, sets and relations (G6): "\\varnothing", "\\emptyset", "\\{\\}", "\\{ \\}", "∅" are one
+    set (math-verify 0.9.0: "\\varnothing" != "\\emptyset"); "\\backslash" and a minus sign between
+    sets ("\\mathbb{R} - \\{0\\}") are "\\setminus"; a modulus has one spelling ("\\pmod{7}"); a value
+    without "=" against a ground truth that is an equation is wrong unless the equation assigns one
+    variable ("0" against "a + z = 0": math-verify says equal, comparing right-hand sides; the rule
+    is written at _TOP_EQUALS).
+39. Time (G7): an answer whose value would take sympy seconds to build or expand is refused before
+    parsing (MAX_VALUE_DIGITS, MAX_FACTORIAL_ARGUMENT, MAX_EXPANSION_TERMS, MAX_SERIES_TERMS,
+    MAX_SERIES_WORK, each with its measurement): binomials of ten-million-scale arguments, towers of
+    exponents, huge factorials (they ran into the 2 s limit). The time limit covers the whole
+    call: the wait for a free worker and the kill after a timeout included (TIMEOUT_MARGIN_S), and
+    SPARE_WORKERS spares are kept, so the call after a timeout does not wait for a worker to start.
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -199,7 +306,7 @@ from typing import NamedTuple
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-3"
+VERSION = "dapo-verifier-4"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".
@@ -250,6 +357,7 @@ class Score:
     detail: str = ""  # human-readable note for the CLI and logs (never used for the verdict)
 
 
+@functools.lru_cache(maxsize=4096)  # a Score is immutable: the same verdict is built once (the hot loop's ~1 us)
 def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> Score:
     return Score(correct, 1.0 if correct else -1.0, pred, reason, detail)
 
@@ -267,6 +375,7 @@ class _Final(NamedTuple):  # a NamedTuple: built once per response in the hot lo
     section: tuple[str, ...] = ()  # the other values of the final answer section (deviation 23)
     boxes_only: bool = False  # no "Answer:" marker: the final statement is the last box
     same_line: tuple[str, ...] = ()  # boxes-only: the boxes on the last box's line outside the section
+    restated: tuple[str, ...] = ()  # values the text after the final statement restates it with (G5)
 
 
 # Every LaTeX spelling of a framed or highlighted answer (deviation 13): the kernel's \fbox and
@@ -297,12 +406,10 @@ MAX_ANSWER_LINES = 16
 SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
 _SPAM = _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
-_FIRST_WINDOW = 512  # bytes lowered first when searching for "answer" from the end
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
 _MARKER_GAP = b" \t*_}"
 _MAX_MARKER_GAP = 8
 _BEFORE_COLON = frozenset(bytes([byte]) for byte in b"rR" + _MARKER_GAP)
-_GAP = re.compile(rb"[ \t*_}]{0,%d}" % _MAX_MARKER_GAP)
 # Before the value: spaces and line breaks, markdown "**" and "`", the "}" of "\text{Answer:}",
 # "~", "&" (an aligned environment), LaTeX spaces, and a display opened on a line of its own, "Answer:\n\[\n512\n\]"
 # (deviations 3, 14). An opener on the value's line stays, for _peel to match with its closer.
@@ -334,6 +441,45 @@ _STATED_NUMBER = re.compile(
 _LIST_MARKER = re.compile(rb"[ \t>*#-]*(?:\(?[0-9]{1,3}[.)]|\([0-9]{1,3}\))[ \t]+(?=\S)")
 _DIGIT = re.compile(rb"[0-9]")
 _MARKER = re.compile(rb"(?i:answer)[ \t*_}]{0,8}(?::|\xef\xbc\x9a)")  # "Answer:", "**Answer**:", "Answer："
+# The end of the model's turn (grammar row G1): a chat template's end-of-turn or start-of-turn token
+# written as text. ChatML and most templates spell them "<|name|>" ("<|im_end|>", "<|eot_id|>",
+# "<|endoftext|>", "<|end|>", "<|END_OF_TURN_TOKEN|>"); Llama 2 and Mistral "</s>", Gemma
+# "<end_of_turn>" and "<eos>", DeepSeek "<｜end▁of▁sentence｜>" (full-width bars, U+FF5C).
+_END_OF_TURN = re.compile(
+    rb"<\|[A-Za-z][A-Za-z0-9_]{2,30}\|>|</s>|<eos>|<(?:end|start)_of_turn>|<\xef\xbd\x9c[^<>\n]{1,60}?\xef\xbd\x9c>"
+)
+# A final statement the text then takes back (G5): after the statement, a word of contrast or
+# correction, then a value stated with a copula or a verb of result ("but two are invalid, so the
+# actual count is 17"). A box in a hypothetical sentence ("if all were valid the answer would be
+# \boxed{19}") needs no contrast word. "=" and ":" are not copulas here: a check after the answer
+# ("since 19 = 10 + 9") restates nothing.
+# Searched with bytes.find on the lowered text (a regex alternation costs 10-50 microseconds on a
+# 600-byte tail, a tenth of the whole verdict's budget); "actual" also finds "actually".
+_CONTRAST_WORDS = (
+    b"but", b"however", b"actual", b"instead", b"wait", b"correction", b"mistake", b"oops", b"rather", b"in fact",
+    b"wrong", b"incorrect",
+)  # fmt: skip
+_HYPOTHETICAL = re.compile(rb"(?i)(?<![A-Za-z])(?:would|if|were|suppose|supposing|assuming|naively|had)(?![A-Za-z])")
+# digits first, so that the scan is fast; the byte before is checked apart (_NOT_BEFORE_A_NUMBER)
+_RESTATED_NUMBER = re.compile(rb"[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])")
+_NOT_BEFORE_A_NUMBER = b"0123456789.^_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+# A value restated with a copula or a verb of result, up to three fillers between: "the actual count
+# is 17", "it is actually $\boxed{17}$", "we get 17". Checked on the words before a number.
+_COPULAS = frozenset(
+    b"is are was were be been equals equal gives give get gets got obtain obtains obtained yields yield yielding"
+    b" makes make making becomes become totals total giving leaves leaving".split()
+)
+_TWO_WORD_COPULAS = frozenset({(b"equal", b"to"), (b"total", b"of"), (b"to", b"get")})
+_FILLERS = frozenset(
+    b"actually just only exactly really then now still therefore thus so indeed the a an answer of".split()
+)
+_WRAPPER_TOKEN = re.compile(rb"(?:[$`*({]|\\\(|\\(?:boxed|fbox|textbf|mathbf|text))+")
+_COPULA_REACH = 64  # bytes before a number that _said_with_copula looks at
+_LETTERS = tuple(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+# After an "Answer:" line a restatement must say it restates the answer: "the answer is actually 17",
+# "the actual count is 17", "the correct total is 17", "it is really 17".
+_RESTATES_ANSWER = (b"answer", b"actual", b"correct", b"true", b"real", b"right", b"final")
+_RETRACTION_REACH = 400  # bytes to the contrast word, and from it (or a hypothetical box) to the value
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 
@@ -395,6 +541,9 @@ def _box_span(data: bytes, box: re.Match) -> tuple[str, int]:
                 return "{", open_at
             return argument[1].decode("utf-8", "replace"), argument.end()
         open_at = opening.end() - 1
+    close = data.find(b"}", open_at, open_at + MAX_ANSWER_CHARS + 2)
+    if close >= 0 and data.find(b"{", open_at + 1, close) < 0:  # the common case: no brace inside
+        return data[open_at + 1 : close].decode("utf-8", "replace"), close + 1
     depth = 0
     for brace in _BRACE.finditer(data, open_at, open_at + MAX_ANSWER_CHARS + 2):
         depth += 1 if brace.group() == b"{" else -1
@@ -462,15 +611,16 @@ def _extract_final(response: str) -> _Final:
 
     Works on UTF-8 bytes: `bytes.lower()` folds ASCII letters only, so offsets stay aligned and
     look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 18). Every search
-    is a C-speed `find`/`rfind`, and only the tail is lowered, a window at a time: the answer is
-    almost always in the last lines (the hot loop needs >= 50k responses/s). Earlier markers are
-    found from their colons (`_markers`), a memchr scan of the text before the final one.
+    is a C-speed `find`/`rfind`: the last marker is found from the last colons (the answer is
+    almost always in the last line; the hot loop needs >= 50k responses/s), and earlier markers
+    from their colons too (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
     start = 0
     # deviation 12: only text after the last reasoning block counts. `b"<" in data` is a memchr,
     # much faster than the multi-byte search it saves on the many responses without any tag.
-    tag = data.rfind(b"think>") if b"<" in data else -1
+    tags = b"<" in data
+    tag = data.rfind(b"think>") if tags else -1
     while tag >= 0:
         if data[tag - 2 : tag] == b"</":
             start = tag + len(b"think>")
@@ -478,51 +628,67 @@ def _extract_final(response: str) -> _Final:
         if data[tag - 1 : tag] == b"<":
             return _Final(reason="no_answer", detail="unclosed <think> block: reasoning never finished")
         tag = data.rfind(b"think>", 0, tag)
+    # G1: the turn ends at its first end-of-turn token; what follows is no part of the response
+    if tags and (end_of_turn := _END_OF_TURN.search(data, start)) is not None:
+        data = data[: end_of_turn.start()]
 
-    echoed, end, window_size = False, len(data), _FIRST_WINDOW
-    while end > start:  # windows [low_start, end) from the back; a marker may start anywhere in one
-        low_start = max(start, end - window_size)
-        window_size *= 4  # the first window is small: the marker is usually in the last line
-        window = data[low_start : end + 5].lower()  # + 5: a marker starting before `end` fits
-        hits_end = len(window)
-        while (i := window.rfind(b"answer", 0, hits_end)) >= 0:
-            hits_end = i + 5  # next: occurrences that start before this one
-            j = _GAP.match(data, low_start + i + 6).end()  # 6 == len("answer")
-            if data.startswith(b":", j):
-                j += 1
-            elif data.startswith(_FULLWIDTH_COLON, j):
-                j += len(_FULLWIDTH_COLON)
-            else:
-                continue  # "the answer is ..." in prose: not a marker
-            # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
-            j = _LEADING.match(data, j).end()
-            line_end = data.find(b"\n", j)
-            line_end = len(data) if line_end < 0 else line_end
-            line = data[j:line_end].decode("utf-8", "replace")
-            if _ECHO.match(line):
-                echoed = True  # deviation 11: the prompt's instruction, echoed back
-                continue
-            # deviation 20: the values of earlier markers; one memchr when there is no other colon
-            no_colon = data.find(b":", start, low_start + i) < 0 and response.isascii()
-            earlier = () if no_colon else _earlier_values(data, start, low_start + i)
-            if earlier is None:
-                return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
-            later = _box_starts(data, line_end, len(data))
-            if len(later) > MAX_FINAL_BOXES:
-                return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
-            # deviation 23: the values the final answer section states around it must agree with it
-            before, _ = _section_before(data, start, low_start + i)
-            if not later and line_end == len(data) and not before:  # the common case, kept cheap
-                return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
-            # deviation 17: and so must the boxes after the answer line
-            spans = [_box_span(data, box) for box in later]
-            after = _stated_after(data, spans[-1][1] if spans else line_end)
-            if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
-                return _SPAM
-            section = (*before, *after)
-            return _Final(candidates=(line, *(content for content, _ in spans)), earlier=earlier, section=section)
-        end = low_start
+    # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
+    # common case: the marker's own, in the last line); "answer" in any ASCII case before it.
+    echoed, hi, wide = False, len(data), not response.isascii()  # str.isascii: O(1)
+    while hi > start:
+        colon = data.rfind(b":", start, hi)
+        wide_colon = data.rfind(_FULLWIDTH_COLON, start, hi) if wide else -1
+        wide = wide_colon >= 0  # none before this one means none further back either
+        if colon < 0 and wide_colon < 0:
+            break
+        hi = max(colon, wide_colon)
+        if hi == colon and data[colon - 1 : colon] not in _BEFORE_COLON:
+            continue  # most colons follow a byte that can end neither "answer" nor a gap
+        i = _answer_before(data, start, hi)
+        if i < 0:
+            continue  # "ratio 3:2", "Note:": not a marker
+        j = hi + (1 if hi == colon else len(_FULLWIDTH_COLON))
+        # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
+        j = _LEADING.match(data, j).end()
+        line_end = data.find(b"\n", j)
+        line_end = len(data) if line_end < 0 else line_end
+        line = data[j:line_end].decode("utf-8", "replace")
+        if _ECHO.match(line):
+            echoed = True  # deviation 11: the prompt's instruction, echoed back
+            continue
+        # deviation 20: the values of earlier markers; one memchr when there is no other colon
+        no_colon = data.find(b":", start, i) < 0 and response.isascii()
+        earlier = () if no_colon else _earlier_values(data, start, i)
+        if earlier is None:
+            return _Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
+        later = _box_starts(data, line_end, len(data))
+        tag = _last_answer_tag(data, line_end) if tags else None  # a tag after the line must agree, as a box (17)
+        if len(later) > MAX_FINAL_BOXES:
+            return _Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
+        # deviation 23: the values the final answer section states around it must agree with it
+        before, _ = _section_before(data, start, i)
+        if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
+            return _Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
+        # deviation 17: and so must the boxes after the answer line
+        spans = [_box_span(data, box) for box in later]
+        after = _stated_after(data, spans[-1][1] if spans else line_end)
+        if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
+            return _SPAM
+        section = (*before, *after)
+        candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
+        restated = _restated_after(data, spans[-1][1] if spans else line_end, None)
+        return _Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
 
+    tag = _last_answer_tag(data, start) if tags else None
+    if tag is not None:  # G1: "<answer>18</answer>", with the boxes after it as candidates (17)
+        content, tag_start, tag_end = tag
+        before, _ = _section_before(data, start, tag_start)
+        later = _box_starts(data, tag_end, len(data))
+        after = _stated_after(data, tag_end)
+        if before is None or after is None or 1 + len(later) + len(before) + len(after) > MAX_FINAL_BOXES:
+            return _SPAM
+        candidates = (content, *(_box_contents(data, box) for box in later))
+        return _Final(candidates=candidates, section=(*before, *after), restated=_restated_after(data, tag_end, None))
     last = _last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
         content, box_end = _box_span(data, last)
@@ -533,10 +699,25 @@ def _extract_final(response: str) -> _Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(_box_contents(data, box) for box in _box_starts(data, line_start, section_start))
-        return _Final(candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line)
+        restated = _restated_after(data, box_end, (line_start, last.start()))
+        return _Final(
+            candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line, restated=restated
+        )
     if echoed:
         return _Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     return _Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
+
+
+def _last_answer_tag(data: bytes, start: int) -> tuple[str, int, int] | None:
+    """(contents, start, end) of the last "<answer>...</answer>" pair in data[start:] (G1: the
+    format of many GRPO recipes, TRL's and maxtext's examples among them), else None."""
+    close = data.rfind(b"</answer>", start)
+    if close < 0:
+        return None
+    opening = data.rfind(b"<answer>", start, close)
+    if opening < 0 or close - opening > MAX_ANSWER_CHARS:
+        return None
+    return data[opening + len(b"<answer>") : close].decode("utf-8", "replace"), opening, close + len(b"</answer>")
 
 
 def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, int]:
@@ -587,11 +768,89 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     return values, p
 
 
+def _restated_after(data: bytes, q: int, box_line: tuple[int, int] | None) -> tuple[str, ...]:
+    """The values the text after the final statement (from offset q) restates it with, when it takes
+    the statement back (G5): after a word of contrast or correction ("but", "actually", "wait")
+    within _RETRACTION_REACH bytes, each value stated with a copula or a verb of result within
+    _RETRACTION_REACH bytes of it ("the actual count is 17", "we get 17"). box_line: (start of its
+    line, start of the box) for a final box, None after an "Answer:" line. A box in a hypothetical
+    sentence ("if all were valid it would be \\boxed{19}") needs no contrast word; after an "Answer:" line,
+    only a value said to be the answer counts ("the actual count is 17", not "there are 10 ways").
+    Empty when the text takes nothing back; bounded work (MAX_FINAL_BOXES values)."""
+    end = min(len(data), q + 2 * _RETRACTION_REACH)
+    if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
+        return ()
+    answer_word = box_line is None
+    if answer_word and not _says_answer(data[q:end].lower()):
+        return ()  # after an "Answer:" line, the common case: a check that says no value is the answer
+    hypothetical = False
+    if box_line is not None:  # the box's sentence, from its line's start or last full stop
+        line_start, box_start = box_line
+        full_stop = max(data.rfind(b". ", line_start, box_start), data.rfind(b"? ", line_start, box_start))
+        hypothetical = _HYPOTHETICAL.search(data, max(line_start, full_stop + 2), box_start) is not None
+    if not hypothetical:
+        after = _after_contrast(data[q : q + _RETRACTION_REACH].lower())
+        if after < 0:
+            return ()  # nothing is taken back
+        q += after
+    end = min(end, q + _RETRACTION_REACH)
+    restated = []  # the numbers first (few, found by one cheap scan), then what precedes each
+    for number in _RESTATED_NUMBER.finditer(data, q, end):
+        at = number.start()
+        if data[at - 1] in _NOT_BEFORE_A_NUMBER:
+            continue  # inside a word or a number: "x2", "a_1", "1.5"
+        before = data[max(q, at - _COPULA_REACH) : at]
+        if not before.rstrip(b" \t\n$`*({").endswith(_LETTERS):
+            continue  # the common case, cheaply: after a symbol ("= 10", "\binom{5}") nothing is restated
+        if _said_with_copula(before) and (not answer_word or _says_answer(before.lower())):
+            sign = data[at - 1 : at] if data[at - 1 : at] in (b"-", b"+") else b""
+            restated.append((sign + number[0]).decode())
+            if len(restated) >= MAX_FINAL_BOXES:
+                break
+    return tuple(restated)
+
+
+def _says_answer(low: bytes) -> bool:
+    """True when the lowered text says a value is the answer (_RESTATES_ANSWER, G5)."""
+    for word in _RESTATES_ANSWER:
+        if word in low:
+            return True
+    return False
+
+
+def _said_with_copula(text: bytes) -> bool:
+    """True when text, the bytes before a number, ends in a copula or a verb of result, then at most
+    three fillers and markup (G5): "the actual count is", "is actually $\\boxed{", "we get"."""
+    words = text.lower().split()[-6:]
+    while words and _WRAPPER_TOKEN.fullmatch(words[-1]):
+        words.pop()
+    for _ in range(3):
+        if words and words[-1] in _FILLERS:
+            words.pop()
+    return bool(words) and (words[-1] in _COPULAS or tuple(words[-2:]) in _TWO_WORD_COPULAS)
+
+
+def _after_contrast(low: bytes) -> int:
+    """Where the first word of contrast or correction in the lowered text ends (G5), else -1."""
+    first = -1
+    for word in _CONTRAST_WORDS:
+        i = low.find(word)
+        while i >= 0 and (
+            low[i - 1 : i].isalpha() or word != b"actual" and low[i + len(word) : i + len(word) + 1].isalpha()
+        ):
+            i = low.find(word, i + 1)  # inside a longer word: "butter", "await"
+        if i >= 0 and (first < 0 or i + len(word) < first):
+            first = i + len(word)
+    return first
+
+
 def _stated_after(data: bytes, q: int) -> list[str] | None:
     """The numbers stated in the answer-only lines right after the final statement (deviation 23):
     "Answer: 19\\n18\\n17" states three values. None when there are more than MAX_FINAL_BOXES."""
     values: list[str] = []
     end = min(len(data), q + SECTION_REACH)
+    if _DIGIT.search(data, q, end) is None:  # the common case: no number after it, none stated
+        return values
     while q < end:
         line_end = data.find(b"\n", q, end)
         line_end = end if line_end < 0 else line_end
@@ -648,7 +907,7 @@ _STYLING = re.compile(
 )
 _DELIMITERS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 # HTML markup a chat model may emit around the value (deviation 3): "<code>13</code>", "<b>13</b>".
-_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
+_HTML_PAIR = re.compile(r"<(code|b|strong|em|i|u|mark|kbd|samp|tt|answer)>(.*)</\1>", re.IGNORECASE | re.DOTALL)
 _END_MATH = re.compile(r"\\end\{(?:equation|align|gather|displaymath|math)\*?\}")
 _BEGIN_MATH = re.compile(r"\\begin\{((?:equation|align|gather|displaymath|math)\*?)\}")
 _PLACEHOLDER = re.compile(
@@ -671,6 +930,18 @@ def _balanced(text: str) -> bool:
     return depth == 0
 
 
+# LaTeX spacing and line breaks at either end of a value (G2): "24 \\", "24\quad", "\qquad 24", "24\hfill",
+# "24\newline", "24\hspace{1em}", "24~".
+_SPACING_COMMAND = (
+    r"\\(?:[,;:! ]|q?quad(?![A-Za-z])|hfill(?![A-Za-z])|newline(?![A-Za-z])|(?:small|med|big)skip(?![A-Za-z])"
+    r"|noindent(?![A-Za-z])|[hv]space\*?\s*\{[^{}]{0,20}\})|~"
+)
+_EDGE_SPACING = re.compile(
+    rf"^(?:\s|{_SPACING_COMMAND})+"
+    rf"|(?:\s|\\\\(?:\[[^\[\]]{{0,20}}\])?|\\(?:text|mbox|mathrm)\s*\{{\s*[.,;:]?\s*\}}|{_SPACING_COMMAND})+$"
+)  # and "\text{.}" at the end
+
+
 def _peel(text: str) -> str:
     """Remove what surrounds a value until nothing changes: whitespace, markdown "*", inline-code
     backticks and "_" emphasis, a trailing period, math delimiters (whole pairs, or the half of a
@@ -682,15 +953,21 @@ def _peel(text: str) -> str:
     """
     while True:
         before = text
+        if "\\" in text or "~" in text:  # G2: LaTeX spacing and line breaks at either end, "$24$ \\"
+            text = _EDGE_SPACING.sub("", text)
         text = text.strip().strip("*").strip()  # deviation 3: **13**
         inner = text.strip("`_").strip()  # deviation 3: `13`, ```13```, _13_; "___" stays a placeholder
         if inner:
             text = inner
         if text.startswith("<") and (html := _HTML_PAIR.fullmatch(text)):
             text = html[2]
-        # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.")
-        if text.endswith((".", "\u3002")) and not text.endswith(".."):
-            text = text[:-1]
+        if text.endswith("</answer>") and "<answer>" not in text:  # G1: "<answer>Answer: 18</answer>"
+            text = text[: -len("</answer>")]
+        # deviation 2: "13." and the CJK full stop; "..." is left whole (a placeholder, not "13.");
+        # G2: a comma, semicolon or colon that ends the text ("13;")
+        if text.endswith((".", "\u3002", ",", ";", ":")) and not text.endswith(".."):
+            slashes = len(text) - 1 - len(text[:-1].rstrip("\\"))
+            text = text[:-1] if slashes % 2 == 0 else text  # not the "," of "\,", a space
         for opening, closing in _DELIMITERS:
             if len(text) >= len(opening) + len(closing) and text.startswith(opening) and text.endswith(closing):
                 text = text[len(opening) : -len(closing)]
@@ -741,7 +1018,9 @@ def _collapse_thousands(text: str, pairs: bool = False) -> str:
     "12,34", "12 13" and "1,000 000" are not groupings and stay as they are (lists, or malformed).
     pairs (math mode, deviation 28): a bracket that holds only "a,bbb" is a pair of endpoints or
     coordinates, not a number: "(12,102)" stays (the MATH-500 answer "(2,12) \\cup (12,102)")."""
-    text = text.replace("{,}", ",").replace("\u2212", "-")  # deviation 10: U+2212 minus sign
+    if "{" in text:  # "1{,}000", and with stray spaces "18 {, }936" (G2)
+        text = _BRACED_COMMA.sub(",", text).replace("{,}", ",")
+    text = text.replace("\u2212", "-")  # deviation 10: U+2212 minus sign
     if "," not in text and " " not in text and "\\" not in text and "~" not in text and text.isascii():
         return text  # no separator of any kind: the common case
     return _GROUPED.sub(_ungroup_unless_pair if pairs else _ungroup, text)
@@ -759,6 +1038,7 @@ def _ungroup_unless_pair(grouped: re.Match) -> str:
     return _ungroup(grouped)
 
 
+_BRACED_COMMA = re.compile(r"(?<=[0-9])[ \t]*\{[ \t]*,[ \t]*\}[ \t]*(?=[0-9])")
 # Separators between digit groups: a comma, a space (also thin, narrow and no-break), LaTeX's "~",
 # "\,", "\:", "\;", "\ ", "\!", "\thinspace", and ",\!" (MATH writes "1,\!000").
 _SEPARATOR_TEXT = r"(?:,\\!|\\(?:[,:; !]|thinspace(?![A-Za-z])))[ \t]*|[, ~\u2009\u202f\u00a0]"
@@ -800,7 +1080,11 @@ _VALUE_WORDS = (
     r"|exceeding|rounded|rounding|nearest|wrong|incorrect|false|invalid|unsure|uncertain|guess(?:ed|ing)?"
     r"|tentative(?:ly)?|unverified|unchecked|doubtful|if|unless|except|but|otherwise|instead|else|assuming"
 )
-_NOT_A_UNIT = "|".join([_HEDGE_WORDS, _VALUE_WORDS, *_NUMBER_WORDS, *_SCALE_WORDS])
+# "and", "to", "through" and "between" join values only when a second one follows, which a unit or a
+# description after the value cannot hold (no digits, no number words): "34 ways to seat them".
+_NOT_A_UNIT = "|".join(
+    [_HEDGE_WORDS.replace("and|to|through|between|", ""), _VALUE_WORDS, *_NUMBER_WORDS, *_SCALE_WORDS]
+)
 _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "81, and that is all" is fine
 # One number and what may follow it (deviations 6, 9, 10, 15, 25): the sign, a space allowed ("- 4");
 # the digits (groupings already joined) and a fraction; scientific notation with an exponent of at
@@ -810,6 +1094,14 @@ _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "
 # ("\text{ m/s}", "\mathrm{cm}^3", though not an upright i, e or j), compounds of SI symbols ("km/h",
 # "m/s"); a gloss in brackets before or after the units ("36 (thirty-six)"); a closing phrase after a
 # comma, dash or full stop ("81, altogether.", "17. I hope it is correct."), words only.
+# A modulus after the value (G2): "\pmod{7}", "\pmod 7", "\bmod 7", "\mod 7", "(mod 7)", "\text{mod } 7";
+# the residue before it is the value, the modulus never is.
+_MODULUS_TEXT = (
+    r"\(?\s*(?:\\(?:text|mathrm|textrm|operatorname|rm)\s*\{\s*mod(?:ulo)?\s*\}|\\[bp]?mod(?![A-Za-z])"
+    r"|mod(?:ulo)?(?![A-Za-z]))\s*(?:\{(?P<modulus>[^{}]{1,20})\}|(?P<modulus_bare>[0-9A-Za-z]{1,20}"
+    r"(?:\^\s*(?:\{[0-9]{1,4}\}|[0-9]))?))\s*\)?"
+)
+_MODULUS = re.compile(_MODULUS_TEXT)
 _UNIT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]{{2,}}"
 _TEXT_WORD = rf"(?!(?:{_NOT_A_UNIT})(?![A-Za-z]))[A-Za-z]+"
 _SI_LETTER = r"[msghlLNJWVAKC](?![A-Za-z])"
@@ -819,6 +1111,9 @@ _UNIT_TERM = (
     rf"{_TEXT_WORD}{_UNIT_POWER}?(?:(?:\s*[/.\-]\s*|\s+){_TEXT_WORD}{_UNIT_POWER}?)*\s*\.?\s*\}}"
     rf"|(?:{_UNIT_WORD}|{_SI_LETTER})\s*/\s*(?:{_UNIT_WORD}|{_SI_LETTER})|{_UNIT_WORD}){_UNIT_POWER}?"
 )
+# A variable named after a word of the description: "34 is the largest such $n$" (never right after
+# the value, where "12 x" is a product).
+_NAMED_VARIABLE = r"[A-Za-z](?:_\{?[A-Za-z0-9]{1,4}\}?)?(?![A-Za-z])"
 _PHRASE_WORD = rf"(?!(?:{_NOT_IN_PHRASE})(?![A-Za-z]))[A-Za-z]+(?:['\-][A-Za-z]+)*"
 _PHRASE = rf"{_PHRASE_WORD}(?:\s+{_PHRASE_WORD}){{0,11}}"
 _GLOSS = rf"\s*[(\[]\s*{_PHRASE}\s*[)\]]"
@@ -832,17 +1127,70 @@ _NUMBER_ANSWER = re.compile(
     (?:\s*(?:\\?%|\\(?:degree|textdegree)(?![A-Za-z])                   # percent, degrees
        |(?:\{{\}})?\^\s*\{{?\s*\\circ\s*\}}?|\u00b0))?
     (?P<gloss>{_GLOSS})?                                            # "17 (seventeen) ways"
-    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+){_UNIT_TERM}){{0,3}})?  # units
+    (?:\s*{_MODULUS_TEXT})?                                        # "3 \pmod{7}" (G2)
+    (?:\s*{_UNIT_TERM}(?:(?:\s*(?:/|\\cdot|\*)\s*|\s+)(?:{_UNIT_TERM}|{_NAMED_VARIABLE})){{0,7}})?  # units, words
     (?P<gloss_after>{_GLOSS})?                                      # "36 (thirty-six)"
     (?:\s*(?:[,;:\u2014\u2013]|\s-{{1,2}}\s|\.\s)\s*(?P<phrase>{_PHRASE})\s*[.!]?)?  # "81, in all.", "17. I hope so."
     """,
     re.VERBOSE | re.IGNORECASE,
 )
 _SCALE_EXPONENTS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "trillion": 12}  # short scale
-# A statement before the value, "The final answer is $17$" (the Minerva prompt's format), and math
-# delimiters inside the value's text, "$12$ meters" (deviation 15).
-_LEADING_STATEMENT = re.compile(
-    r"(?:(?:so|thus|hence|therefore),?\s+)?(?:the|my|our)\s+(?:final\s+)?answer\s+is\s*:?\s*", re.IGNORECASE
+# A sentence frame before the value (G3), "The largest $n$ is 34.", "There are 34 ways.", "The final
+# answer is $17$" (the Minerva prompt's format): words, variables (with sub- and superscripts, no
+# value of their own: "$a_{10}$", "$x^2$"), Greek letters and text commands, up to the value.
+_GREEK = (
+    "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|sigma"
+    "|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega"
+)
+# A variable, its coefficient glued to it ("2a"), its sub- and superscripts ("a_{10}", "x^2").
+_VARIABLE = r"[0-9]*[A-Za-z](?:\s*[_^]\s*(?:\{[A-Za-z0-9,+\-]{1,8}\}|[A-Za-z0-9]))*"
+_FRAME = re.compile(
+    rf"""(?:(?:{_VARIABLE}(?:\s*(?:[-+*/]|\\cdot)\s*{_VARIABLE})+          # "a+b", "m + n", "2a - b"
+         |[A-Za-z](?:\s*[_^]\s*(?:\{{[A-Za-z0-9,+\-]{{1,8}}\}}|[A-Za-z0-9]))+   # "a_{{10}}", "x^2"
+         |[A-Za-z]+(?:['\u2019\-][A-Za-z]+)*                               # a word, "it's", "two-digit"
+         |\\(?:{_GREEK})(?![A-Za-z])
+         |\\(?:text|textbf|textit|mathrm|mbox|emph)\s*\{{[^{{}}$0-9]*\}})
+       (?:\s*[,:]\s*|\s+|(?<=\}})))+
+    (?=(?:\\?\$\s*)?[+-]?\s*[0-9])""",
+    re.VERBOSE,
+)
+# Words that hedge a frame wherever they stand ("Probably the answer is 34", "The answer is at least
+# 34"), and words that change the value right before it ("about 34", "twice 34", "the square root
+# of 34", "not 34"). Elsewhere such words describe what is counted: "The number of integers not
+# divisible by 3 is 34", "The sum over all pairs is 34".
+_FRAME_HEDGE = re.compile(
+    r"(?<![a-z])(?:maybe|perhaps|possibly|probably|likely|unlikely|approximately|approx|roughly|nearly|almost"
+    r"|circa|estimated?|guess(?:ed)?|would|could|might|unsure|uncertain|tentative(?:ly)?|wrong|incorrect|false"
+    r"|invalid|unless|if|or|either|neither|nor|than|at\s+(?:least|most)|(?:is|are|was|were)\s+not|isn't|aren't"
+    r")(?![a-z])"
+)
+_FRAME_LAST_WORD = re.compile(
+    r"(?<![a-z])(?:about|around|over|under|above|below|beyond|within|near|up\s+to|close\s+to|of|by|from|per|not"
+    r"|no|twice|thrice|half|double|triple|times|squared|cubed|sqrt|root|plus|minus|negative|least|most|and"
+    r"|between|with|mod|modulo)[\s,:]*$"
+)
+_TEXT_COMMAND = re.compile(r"\\[A-Za-z]+\s*\{([^{}]*)\}")
+# A side of an equation or a congruence (deviation 26, G2).
+_SIDES = re.compile(r"=|\\equiv(?![A-Za-z])|\u2261")
+# Text around a box that states something of its own: a number, a hedge, a word that changes a value.
+_STATES_SOMETHING = re.compile(rf"[0-9,;]|(?<![A-Za-z])(?:{_NOT_A_UNIT})(?![A-Za-z])", re.IGNORECASE)
+MAX_NESTED_BOXES = 3
+_FIRST_DIGIT = re.compile(r"[0-9]")
+# Working after the value (G4): hedges and comparisons inside it leave it in place, to be refused.
+_WORKING_HEDGE = re.compile(
+    r"(?<![A-Za-z])(?:or|and|either|maybe|perhaps|possibly|probably|approximately|approx|about|around|roughly"
+    r"|nearly|almost|not|least|most|than|also|alternatively|else|otherwise|instead|actually|wait|wrong|incorrect"
+    r"|guess|if|unless|except)(?![A-Za-z])"
+    r"|\\(?:approx|pm|mp|neq?|leq?|geq?|sim|lor|vee)(?![A-Za-z])|[<>?\u2248\u00b1\u2260]",
+    re.IGNORECASE,
+)
+_WORKING_SEPARATOR = re.compile(r"\s*(?:[,;\u2014\u2013]|\s-{1,3}\s|\.\s)\s*")
+_LEADING_WORDS = re.compile(r"(?:[A-Za-z]+(?:['\-.][A-Za-z]+)*\.?\s+)+")
+# Words that lead into a value of its own in a bracket: "18 (total 19)", "18 (i.e. 19)".
+_LEADING_CONNECTIVE = re.compile(
+    r"(?:(?:then|also|plus|so|thus|hence|therefore|namely|total|totals|totaling|totalling|altogether|giving"
+    r"|gives|making|makes|equals|equal\s+to|is|are|i\.e\.)\s+)+",
+    re.IGNORECASE,
 )
 _INNER_MATH = re.compile(r"(?<!\\)\$|\\[()]")
 # An integer longer than MAX_ANSWER_CHARS, alone or in one box (deviation 24); possessive, so a
@@ -905,26 +1253,75 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
             return _canonical_int(sign, core[len(sign) :]), "", ""
     if len(text) > MAX_ANSWER_CHARS and (long := _long_integer(text)) is not None:
         return long, "", ""  # deviation 24: an exact integer of any length
-    # deviation 8: the boxes are the value, whatever the words around them (the words of a clause
-    # too, unless the line is too long to read whole: then only those before the clause)
     head = text if len(text) <= MAX_ANSWER_CHARS else _before_clause(text)
     if len(head) > MAX_ANSWER_CHARS:
         return None, "malformed", f"answer has {len(head)} characters, over the {MAX_ANSWER_CHARS} limit"
-    boxes = _boxes_in(head) if "box" in head else []
-    if boxes:
-        return _agree([_integer_candidate(box) for box in boxes])
-    text = _before_clause(head)
+    unboxed = _unbox(head) if "box" in head else None
+    if unboxed is None:
+        return _read_statement(head)
+    # G2, deviation 8: a box is a transparent wrapper, read with the words around it ("the final
+    # answer is \boxed{13}", "\boxed{18} (3 boxes of 6)", "\boxed{12} or 13"); when those words
+    # state nothing (no number, hedge or word that changes a value) the boxes alone are the value.
+    text, boxes, outside = unboxed
+    reading = _read_statement(text)
+    if reading[1] in ("", "wrong", "multiple_answers") or _STATES_SOMETHING.search(outside):
+        return reading
+    return _agree([_integer_candidate(box) for box in boxes])
+
+
+def _unbox(text: str) -> tuple[str, list[str], str] | None:
+    """(text with every box replaced by its contents, the contents, the text outside the boxes), or
+    None when text has no box. Nested boxes are opened too, up to MAX_NESTED_BOXES deep."""
+    data = text.encode("utf-8", "replace")
+    starts = _box_starts(data, 0, len(data))
+    if not starts:
+        return None
+    contents, outside = [], []
+    for depth in range(MAX_NESTED_BOXES):
+        pieces, at = [], 0
+        for box in starts:
+            if box.start() < at:
+                continue  # inside the box before it: opened with it, on the next round
+            content, box_end = _box_span(data, box)
+            pieces += [data[at : box.start()], content.encode("utf-8", "replace")]
+            if depth == 0:
+                contents.append(content)
+                outside.append(data[at : box.start()])
+            at = box_end
+        pieces.append(data[at:])
+        if depth == 0:
+            outside.append(data[at:])
+        data = b"".join(pieces)
+        starts = _box_starts(data, 0, len(data))
+        if not starts:
+            break
+    return data.decode("utf-8", "replace"), contents, b" ".join(outside).decode("utf-8", "replace")
+
+
+def _read_statement(text: str) -> tuple[str | None, str, str]:
+    """(canonical integer or None, reason, detail) for an answer text without boxes: the value
+    grammar of the module docstring (G2-G4) read left to right. A clause after the value is cut
+    (deviation 15); markup, math and spacing are peeled; a sentence frame before the value is
+    checked and dropped (G3); working after the value is checked and dropped (G4); then the value,
+    or the sides of an equation or congruence (deviation 26), are read."""
+    text = _before_clause(_peel(text))  # peeled first: the clause may sit inside the wrappers
     raw = _peel(_LATEX_SPACE.sub(" ", _collapse_thousands(_peel(text))))
-    if (statement := _LEADING_STATEMENT.match(raw)) is not None:
-        raw = _peel(raw[statement.end() :])
     if "$" in raw or "\\(" in raw:
         raw = _peel(_INNER_MATH.sub("", raw))
+    frame = _FRAME.match(raw) if raw[:1].isalpha() or raw[:1] == "\\" else None
+    if frame is not None:  # G3: "The largest $n$ is 34.", "There are 34 ways."
+        words = _TEXT_COMMAND.sub(r" \1 ", frame[0]).lower()
+        hedge = _FRAME_HEDGE.search(words) or _FRAME_LAST_WORD.search(words)
+        if hedge is not None:
+            return None, "malformed", f"{hedge[0].strip()!r} before the value hedges or changes it"
+        raw = _peel(raw[frame.end() :])
+    raw, restated = _cut_working(raw)
     t = _peel(_INLINE_TEXT.sub(r"\1", raw))  # the plain words, for the checks below
     if not t:
         return None, "empty_answer", ""
     if _PLACEHOLDER.fullmatch(t):
         return None, "placeholder", f"placeholder {t!r}"
-    sides = raw.split("=")  # deviation 26: "x = 13", "17 = x", "512 = 2^9": the number is the value
+    sides = _SIDES.split(raw)  # deviation 26: "x = 13", "17 = x", "x \equiv 3 \pmod 7": the number is the value
     readings = [_read_number(_peel(side)) for side in sides]
     if len(sides) > 1 and any(
         reading is None and _HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) for side, reading in zip(sides, readings)
@@ -932,7 +1329,12 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
         return None, "multiple_answers", f"several candidates in {text.strip()!r}"  # deviation 16: "x = 12 or 13"
     readings = [reading for reading in readings if reading is not None]
     if readings:
-        return _agree(readings)
+        reading = _agree(readings)
+        spelled = _spelled_numbers(frame[0]) if frame is not None else []
+        others = [value for value in (*restated, *spelled) if value != reading[0]]
+        if reading[1] or not others:
+            return reading
+        return None, "multiple_answers", f"{others[0]} stated beside the value {reading[0]}"  # G3, G4
     t = _peel(_INLINE_TEXT.sub(r"\1", sides[-1]))
     if not t:
         return None, "empty_answer", ""
@@ -941,6 +1343,97 @@ def _integer_candidate(text: str) -> tuple[str | None, str, str]:
     odd_digits = [ch for ch in t if ch.isdigit() and not ch.isascii()]
     detail = f"non-ASCII digits {''.join(odd_digits)!r}" if odd_digits else f"not a single integer: {t[:80]!r}"
     return None, "malformed", detail
+
+
+def _cut_working(text: str) -> tuple[str, list[str]]:
+    """(text without the working after its value, the values that working restates) (G4).
+
+    Working is what follows the value in brackets, "18 (3 boxes of 6 eggs)", or after a comma,
+    semicolon, dash or full stop, "18, 3 boxes of 6 eggs": text with numbers, in digits or in two
+    or more number words ("three boxes of six"), that is no value of its own. It is never read, so
+    it can add no candidate. Left in place, for the rules that refuse them: a bracket or item with
+    at most one number word (a gloss or closing phrase, deviation 15), one that hedges ("18 (or
+    19)", "18, maybe 19"), and a list item that is a value ("18, 19", "18, as well as 19", and after
+    an equation another one, "x = 1, y = 2"). A bracket that restates a value ("18 (19)", "18 (= 3
+    \\times 6 = 18)") is taken out and its value returned, to be compared with the value; a modulus
+    in brackets ("3 (mod 7)") is taken out (G2).
+    """
+    first = _FIRST_DIGIT.search(text)
+    if first is None or len(text) > MAX_ANSWER_CHARS:
+        return text, []
+    if "(" in text or "[" in text:  # a bracket inside a text command: "18 \text{ (3 boxes of 6)}"
+        text = _INLINE_TEXT.sub(r"\1", text)
+    restated: list[str] = []
+    kept, at, depth, open_at = [], 0, 0, -1
+    for i in range(first.end(), len(text)):  # brackets after the value, at the top level
+        ch = text[i]
+        if ch in "([{":
+            if depth == 0 and ch != "{" and text[i - 1 : i].isspace():
+                open_at = i
+            depth += 1
+        elif ch in ")]}" and depth > 0:
+            depth -= 1
+            if depth == 0 and open_at >= 0:
+                inside = text[open_at + 1 : i]
+                if _MODULUS.fullmatch(inside) or _is_working(inside):
+                    restated += [] if _MODULUS.fullmatch(inside) else _values_stated(inside, False, False)
+                    kept.append(text[at:open_at].rstrip())
+                    at = i + 1
+                open_at = -1
+    if kept:
+        text = " ".join([*kept, text[at:].strip()]).strip()
+    separator = next((m for m in _WORKING_SEPARATOR.finditer(text, first.end()) if _depth(text, m.start()) == 0), None)
+    if separator is not None:  # an item after a comma, dash or full stop, outside every bracket
+        item = _WORKING_SEPARATOR.split(text[separator.end() :], 1)[0]
+        equation = _SIDES.search(text, 0, separator.start()) is not None  # "x = 1, y = 2": a list
+        if _is_working(item) and not _values_stated(item, True, equation):
+            text = text[: separator.start()]
+    return text, restated
+
+
+def _is_working(text: str) -> bool:
+    """True when text could be working (G4): numbers (digits, or two or more number words) and no
+    hedge."""
+    numbers = _FIRST_DIGIT.search(text) is not None or len(_spelled_numbers(text)) >= 2
+    return numbers and not _WORKING_HEDGE.search(text)
+
+
+def _depth(text: str, end: int) -> int:
+    """How many brackets are open at offset end of text."""
+    depth = 0
+    for ch in text[:end]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}" and depth > 0:
+            depth -= 1
+    return depth
+
+
+def _values_stated(text: str, after_words: bool, assignments: bool) -> list[str]:
+    """The values a bracket or list item states as a value of its own: itself ("19", "19 eggs",
+    "total 19"), or a side of an equation whose other sides hold no letter ("= 19", "3 \\times 6 =
+    18"); [] for a description or arithmetic ("3 boxes of 6 eggs", "6 \\times 3"). An equation of a
+    variable ("at x = 2") is a description too, unless `assignments` (the value was itself stated as
+    one: "x = 1, y = 2"). after_words (a list item): also a value after the words that open it
+    ("18, as well as 19")."""
+    text = _collapse_thousands(_INNER_MATH.sub("", text).strip())
+    sides = _SIDES.split(text)
+    if len(sides) > 1:
+        if not assignments and any(_LETTER.search(_LATEX_COMMAND.sub("", side)) for side in sides):
+            return []
+    else:
+        opening = (_LEADING_WORDS if after_words else _LEADING_CONNECTIVE).match(text)
+        sides = [text[opening.end() :] if opening else text]
+    values = []
+    for side in sides:
+        reading = _read_number(_peel(side))
+        if reading is not None and reading[0] is not None:
+            values.append(reading[0])
+    return values
+
+
+_LETTER = re.compile(r"[A-Za-z]")
+_LATEX_COMMAND = re.compile(r"\\[A-Za-z]+")
 
 
 def _read_number(text: str) -> tuple[str | None, str, str] | None:
@@ -1075,6 +1568,11 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
             stated = ", ".join(dict.fromkeys([*others, pred]))
             detail = f"the final answer section states several values: {stated[:200]}"
             return _verdict(False, None, "multiple_answers", detail)
+    if final.restated:  # G5: the text after the final statement takes it back with another value
+        others = [value for value in map(_section_value, final.restated) if value != pred]
+        if others:
+            detail = f"the text after the final answer {pred} takes it back: it states {others[0]}"
+            return _verdict(False, None, "multiple_answers", detail)
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
 
 
@@ -1170,8 +1668,18 @@ def _score_official(response: str, ground_truth: str) -> Score:
 _MATH_REWRITES = (
     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\displaystyle", ""),
     ("\u03c0", "\\pi"), ("\u00b0", "^\\circ"), ("\u221e", "\\infty"), ("\u00d7", "\\times"),
-    ("\u00b7", "\\cdot"), ("\u2264", "\\le"), ("\u2265", "\\ge"), ("\\$", ""),
+    ("\u00b7", "\\cdot"), ("\u2264", "\\le"), ("\u2265", "\\ge"), ("\\$", ""), ("\u2205", "\\emptyset"),
+    ("\u2216", "\\setminus"), ("\u2261", "\\equiv"),
 )  # fmt: skip
+# The empty set in its notations (G6), all written "\emptyset": "\varnothing", "\{\}", "\{ \}",
+# "\left\{ \right\}" (\left and \right are gone by then), "\O", "\text{empty set}"; and the set
+# difference "\backslash" (G6), written "\setminus" as math-verify reads it.
+_EMPTY_SET = re.compile(
+    r"\\(?:varnothing|emptyset|O)(?![A-Za-z])|\\\{\s*\\\}|\\text\{\s*(?:the\s+)?empty\s+set\s*\}"
+)
+_SET_DIFFERENCE = re.compile(  # and a minus sign between a set and a set written out: "\mathbb{R} - \{0\}"
+    r"\\(?:backslash|smallsetminus)(?![A-Za-z])|(?:(?<=[)\]])|(?<=\\\})|(?<=\\mathbb\{[A-Z]\}))\s*-\s*(?=\\\{)"
+)
 # Alternatives and both signs; accepted only when the ground truth is a set of values too
 # (deviation 22): a list, "\\pm 12", "1 or 2". An ellipsis only when the ground truth has one.
 _MATH_ALTERNATIVES = re.compile(r"\bor\b|\beither\b|\\(?:lor|vee|pm|mp)(?![A-Za-z])|[\u00b1\u2213]")
@@ -1217,6 +1725,10 @@ def _normalise_math(text: str) -> str:
         if "\\" in text or "\u211d" in text or "real" in text.lower():
             text = _REPEATING.sub(_repeating_as_fraction, text)
             text = _HALF_LINE.sub(lambda m: _HALF_LINES[m[1]], _REALS.sub(r"\\mathbb{R}", text))
+            text = _SET_DIFFERENCE.sub(r" \\setminus ", _EMPTY_SET.sub(r"\\emptyset", text))
+            if "mod" in text:  # G2: one spelling of a modulus, "\pmod{7}": two congruences compare as strings
+                text = _MODULUS.sub(lambda m: f" \\pmod{{{(m['modulus'] or m['modulus_bare']).strip()}}}", text)
+                text = _SPACES.sub(" ", text.replace("\\equiv", " \\equiv ")).strip()
         if text == before:
             return text
 
@@ -1258,6 +1770,8 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
     if len(text) > MAX_ANSWER_CHARS:
         return None, "malformed", f"answer has {len(text)} characters, over the {MAX_ANSWER_CHARS} limit"
     pred = _normalise_math(text)
+    if "mod" in pred and "mod" not in truth and "\\equiv" not in truth:  # G2: "x \equiv 3 \pmod 7" states 3
+        pred = _SPACES.sub(" ", _MODULUS.sub(" ", pred).replace("\\equiv", "=")).strip()
     if not pred:
         return None, "empty_answer", ""
     if _PLACEHOLDER.fullmatch(pred):
@@ -1284,7 +1798,48 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
             f"{depth} nested brackets and {tokens} tokens, over the limits {MAX_NESTING_DEPTH} and "
             f"{MAX_ANSWER_TOKENS}: the parser would take seconds on it"
         )
+    costly = _cost_refusal(pred)
+    if costly is not None:  # G7: refused before parsing
+        return None, "malformed", f"{costly}: too expensive to evaluate"
     return pred, "", ""
+
+
+# A relation as the ground truth (G6): "a + z = 0", "x^2 + y^2 = 1". math-verify 0.9.0 reads an
+# equation whose left side is only symbols as an assignment and compares right-hand sides, so a bare
+# "0" equals "a + z = 0" there. Here a prediction without "=" is wrong against an equation, unless
+# that equation assigns one variable ("x = 5", "y = 2x + 3", "f(x) = x^2", "x = 1, y = 2"): the
+# variable asked for, whose value the prediction may state alone. A prediction that is an equation
+# is compared by math-verify as before ("m + n = 85" against 85 states the asked sum).
+_TOP_EQUALS = re.compile(r"(?<![<>!:\\])=(?!=)")
+_ASSIGNED = re.compile(
+    r"\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?\s*"
+)
+
+
+def _is_relation(text: str) -> bool:
+    """True when text (normalised) states an equation at its top level that is not an assignment of
+    one variable (G6)."""
+    if "=" not in text:
+        return False
+    for item in _top_level_split(text, ","):
+        sides = _top_level_split(item, "=")
+        if len(sides) > 1 and not (len(sides) == 2 and any(_ASSIGNED.fullmatch(side) for side in sides)):
+            return True
+    return False
+
+
+def _top_level_split(text: str, separator: str) -> list[str]:
+    """text split at each `separator` outside every bracket ("=" not inside "<=", ">=", "!=")."""
+    parts, depth, at = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch == separator and depth == 0 and (separator != "=" or _TOP_EQUALS.match(text, i)):
+            parts.append(text[at:i])
+            at = i + 1
+    return [*parts, text[at:]]
 
 
 def _top_level_comma(text: str) -> bool:
@@ -1315,7 +1870,266 @@ def _nesting_depth(text: str) -> int:
     return deepest
 
 
+# --- math mode: what an answer asks sympy to compute (G7) --------------------------------------
+# An answer short to write can be expensive to evaluate: sympy computes a product, power, factorial
+# or binomial of integers exactly as soon as it is parsed, and expands powers of sums while
+# comparing. _cost_refusal bounds that work from the answer's structure, before any parsing, so such
+# answers come back as malformed in microseconds instead of running into the time limit. Each limit
+# with the parse-and-compare time of inputs on both sides of it, against the ground truth 13, from
+# `bench/bench_verifier.py --limits` (2026-12-01, 2 x86-64 cores shared with other jobs, load 4-6):
+MAX_VALUE_DIGITS = 100_000  # digits of an exact number built: 2^{300000} (90,309) 0.09 s, 10^{10^{6}} 0.9 s
+# n in n!, k in \binom{n}{k}: 10000! 0.11 s, 100000! 0.6 s, \binom{10^5}{5 \cdot 10^4} 2.7 s
+MAX_FACTORIAL_ARGUMENT = 10_000
+# terms of a power of a sum: (x+1)^{39} 0.45 s, (x+y+z)^{10} (66 terms) 0.6 s, (x+y+z)^{20} (231) 2.0 s
+MAX_EXPANSION_TERMS = 40
+MAX_SERIES_TERMS = 100  # terms of a \sum or \prod with numeric bounds: \sum_{k=1}^{10^5} k 1.2 s
+# count x count x digits of a term, the work of a series of exact numbers (each step re-sizes the running
+# sum): \prod_{k=1}^{100} k 3e4 (0.2 s), \sum_{k=1}^{1000} 1/k^3 1.1e7 (1.6 s), \sum_{k=1}^{1000} k^k 3e9 (over 20 s)
+MAX_SERIES_WORK = 10**6
+
+
+class _TooCostly(Exception):
+    """An answer whose evaluation would cost more than the limits above; the message says which part."""
+
+
+class _Cost(NamedTuple):
+    """A bound on one subexpression: size, an upper bound on the digits of its exact value (None when
+    it holds a symbol); exact, its value when it is an integer below 10^18; terms, its additive
+    terms; rational, whether it is a plain number (no radical, constant or symbol)."""
+
+    size: float | None
+    exact: int | None = None
+    terms: int = 1
+    rational: bool = True
+
+
+_SYMBOL = _Cost(None, None, 1, False)
+_BINOMIALS = {"\\binom", "\\dbinom", "\\tbinom"}
+_FRACTIONS = {"\\frac", "\\dfrac", "\\tfrac", "\\cfrac"}
+_SERIES = {"\\sum", "\\prod"}
+_TEXT_COMMANDS = {"\\text", "\\mathrm", "\\textbf", "\\mathbf", "\\operatorname", "\\mathbb", "\\textit", "\\mbox"}
+_CLOSERS = {")", "]", "}", "\\}", "\\right", "\\rfloor", "\\rceil", "|"}
+_STOPS = _CLOSERS | {",", ";", "=", "<", ">", "&", "\\\\", ":", "+", "-", "\\pm", "\\mp"}
+
+
+def _cost_refusal(pred: str) -> str | None:
+    """Why evaluating pred would cost more than the limits of G7, or None (the parser may have it)."""
+    reader = _CostReader(_LATEX_TOKEN.findall(pred))
+    try:
+        while reader.at < len(reader.tokens):
+            before = reader.at
+            reader.expression()
+            if reader.at == before:
+                reader.at += 1  # a relation, a comma or an unmatched closer between expressions
+    except _TooCostly as error:
+        return str(error)
+    return None
+
+
+class _CostReader:
+    """A recursive-descent reading of LaTeX tokens that computes _Cost bounds and raises _TooCostly.
+    It only bounds work: anything it does not know is a symbol, which costs nothing to hold."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens, self.at, self.bound = tokens, 0, {}  # bound: series variables and their largest value
+
+    def peek(self) -> str:
+        return self.tokens[self.at] if self.at < len(self.tokens) else ""
+
+    def expression(self) -> _Cost:
+        """Terms joined by + and -: sizes add (a sum of fractions), terms count."""
+        total, terms = self.term(), 1
+        while self.peek() in ("+", "-", "\\pm", "\\mp"):
+            self.at += 1
+            other = self.term()
+            terms += other.terms
+            total = _Cost(_add(total.size, other.size), None, terms, total.rational and other.rational)
+        return total
+
+    def term(self) -> _Cost:
+        """Factors, with or without \\cdot, \\times, * or /: sizes add."""
+        product = self.factor()
+        while (token := self.peek()) and token not in _STOPS:
+            if token in ("\\cdot", "\\times", "*", "/", "\\div"):
+                self.at += 1
+            before = self.at
+            other = self.factor()
+            if self.at == before:
+                break
+            exact = product.exact * other.exact if None not in (product.exact, other.exact) else None
+            product = _Cost(_add(product.size, other.size), _small(exact), 1, product.rational and other.rational)
+        return product
+
+    def factor(self) -> _Cost:
+        """An atom with its signs, powers, factorials and subscripts."""
+        if self.peek() in ("-", "+"):
+            self.at += 1
+        base = self.atom()
+        while (token := self.peek()) in ("^", "!", "_", "'"):
+            self.at += 1
+            if token == "^":
+                base = _power(base, self.script())
+            elif token == "!":
+                base = _factorial(base)
+            elif token == "_":
+                self.script()
+        return base
+
+    def script(self) -> _Cost:
+        """A superscript or command argument: a brace group, or one token."""
+        if self.peek() == "{":
+            return self.group()
+        return self.atom()
+
+    def group(self) -> _Cost:
+        """From an opening bracket to its closer: expressions, separated by commas (a tuple or set)."""
+        self.at += 1
+        parts = []
+        while self.at < len(self.tokens) and self.peek() not in _CLOSERS:
+            before = self.at
+            parts.append(self.expression())
+            if self.at == before:
+                self.at += 1
+        if self.peek() == "\\right":
+            self.at += 1
+        self.at += 1  # the closer (any: "[0, 1)" is an interval)
+        if len(parts) == 1:
+            return parts[0]
+        return _Cost(max((part.size for part in parts if part.size is not None), default=None), rational=False)
+
+    def atom(self) -> _Cost:
+        token = self.peek()
+        if not token:
+            return _SYMBOL
+        if token[0].isdigit():
+            self.at += 1
+            digits = token.replace(".", "")
+            return _Cost(float(len(digits)), _small(int(token)) if "." not in token else None)
+        if token in ("(", "[", "{", "\\{", "\\lfloor", "\\lceil", "|"):
+            return self.group()
+        if token == "\\left":
+            self.at += 1
+            return self.atom()
+        self.at += 1
+        if token in _FRACTIONS:
+            numerator, denominator = self.script(), self.script()
+            return _Cost(_add(numerator.size, denominator.size), None, 1, numerator.rational and denominator.rational)
+        if token in _BINOMIALS:
+            return _binomial(self.script(), self.script())
+        if token == "\\sqrt":
+            if self.peek() == "[":
+                self.group()
+            radicand = self.script()
+            return _Cost(radicand.size, None, 1, False)
+        if token in _SERIES:
+            return self.series(token)
+        if token in _TEXT_COMMANDS or token in ("\\begin", "\\end"):
+            if self.peek() == "{":
+                while self.at < len(self.tokens) and self.tokens[self.at] != "}":
+                    self.at += 1
+                self.at += 1
+            return _SYMBOL
+        if token in self.bound:  # a series variable: its largest value
+            return self.bound[token]
+        return _SYMBOL  # a letter, a constant, a function name (its argument is read as the next factor)
+
+    def series(self, kind: str) -> _Cost:
+        """\\sum_{k=a}^{b} body or \\prod: at most MAX_SERIES_TERMS terms with numeric bounds, the body
+        read with k at its largest value, and at most MAX_SERIES_WORK to add or multiply them."""
+        variable, low, high = None, _SYMBOL, _SYMBOL
+        for _ in range(2):
+            if self.peek() == "_" and self.at + 1 < len(self.tokens):
+                self.at += 1
+                if self.peek() == "{" and self.at + 2 < len(self.tokens) and self.tokens[self.at + 2] == "=":
+                    variable = self.tokens[self.at + 1]
+                    self.at += 3
+                    low = self.expression()
+                    self.at += 1  # "}"
+                else:
+                    self.script()
+            elif self.peek() == "^":
+                self.at += 1
+                high = self.script()
+        if high.size is None:
+            return _Cost(None, None, 1, False)  # symbolic bounds: sympy keeps the sum as it is
+        largest = high.exact if high.exact is not None else 10 ** min(high.size, 30)
+        count = largest - (low.exact or 0) + 1
+        if count > MAX_SERIES_TERMS:
+            raise _TooCostly(f"a {kind[1:]} of {count} terms, over the limit {MAX_SERIES_TERMS}")
+        if variable is not None:
+            self.bound[variable] = _Cost(float(len(str(largest))), largest)
+        body = self.term()
+        self.bound.pop(variable, None)
+        if kind == "\\prod" and body.terms > 1 and not body.rational:
+            _power(body, _Cost(float(len(str(count))), count))  # a product of sums expands like a power
+        if body.size is None:
+            return _Cost(None, None, 1, False)
+        if count * count * body.size > MAX_SERIES_WORK:
+            raise _TooCostly(f"a {kind[1:]} of {count} terms of {body.size:.3g} digits, over the work limit")
+        return _Cost(body.size * count, None, 1, body.rational)
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else a + b
+
+
+def _small(value: int | None) -> int | None:
+    return value if value is not None and abs(value) < 10**18 else None
+
+
+def _largest(cost: _Cost) -> float:
+    """An upper bound on |value| of a numeric cost: its exact value, else 10^size."""
+    return abs(cost.exact) if cost.exact is not None else 10.0 ** min(cost.size, 300)
+
+
+def _power(base: _Cost, exponent: _Cost) -> _Cost:
+    """base^exponent: refused when the exact result would have over MAX_VALUE_DIGITS digits (a
+    tower, "9^{9^{9}}"), or when expanding a power of a sum would give over MAX_EXPANSION_TERMS terms."""
+    if exponent.size is None:
+        return _Cost(None, None, 1, False)  # a symbolic exponent: nothing to compute
+    e = _largest(exponent)
+    if base.exact in (0, 1, -1):
+        return base
+    if base.terms > 1 and not base.rational:
+        expanded = math.comb(int(e) + base.terms - 1, base.terms - 1) if e <= 10**6 else math.inf
+        if expanded > MAX_EXPANSION_TERMS:
+            raise _TooCostly(f"a power of a sum that expands to {expanded:.3g} terms, over {MAX_EXPANSION_TERMS}")
+    if base.size is None:
+        return _Cost(None, None, 1, False)
+    size = math.log10(abs(base.exact)) * e + 1 if base.exact else base.size * e  # digits of base^e, at most
+    if size > MAX_VALUE_DIGITS:
+        raise _TooCostly(f"a power of about {size:.3g} digits, over the limit {MAX_VALUE_DIGITS}")
+    exact = None
+    if base.exact is not None and exponent.exact is not None and 0 <= exponent.exact and size < 18:
+        exact = base.exact**exponent.exact
+    return _Cost(size, exact, 1, base.rational and exponent.exact is not None)
+
+
+def _factorial(argument: _Cost) -> _Cost:
+    if argument.size is None:
+        return _Cost(None, None, 1, False)
+    n = _largest(argument)
+    if n > MAX_FACTORIAL_ARGUMENT:
+        raise _TooCostly(f"the factorial of {n:.3g}, over the limit {MAX_FACTORIAL_ARGUMENT}")
+    return _Cost(n * math.log10(max(n, 2)), _small(math.factorial(int(n))) if n <= 20 else None)
+
+
+def _binomial(n: _Cost, k: _Cost) -> _Cost:
+    if n.size is None or k.size is None:
+        return _Cost(None, None, 1, False)
+    top, bottom = _largest(n), _largest(k)
+    if n.exact is not None and k.exact is not None:
+        bottom = min(bottom, max(0, n.exact - k.exact))
+    if bottom > MAX_FACTORIAL_ARGUMENT:
+        raise _TooCostly(f"a binomial coefficient with k = {bottom:.3g}, over the limit {MAX_FACTORIAL_ARGUMENT}")
+    size = bottom * math.log10(max(top, 2))
+    if size > MAX_VALUE_DIGITS:
+        raise _TooCostly(f"a binomial coefficient of about {size:.3g} digits, over the limit {MAX_VALUE_DIGITS}")
+    return _Cost(size)
+
+
 def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
+    deadline = time.monotonic() + timeout_s  # G7: the limit is on the whole call
     truth = _math_ground_truth(ground_truth)
     final = _extract_final(response)
     if final.reason:
@@ -1339,6 +2153,10 @@ def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
             return _verdict(False, pred, reason, detail)
         preds.append(pred)
     distinct = list(dict.fromkeys(preds))
+    if _is_relation(truth):  # G6: a bare value does not state a relation
+        bare = [pred for pred in distinct if len(_top_level_split(pred, "=")) == 1]
+        if bare:
+            return _verdict(False, bare[0], "wrong", f"the ground truth {truth[:60]!r} is a relation, not a value")
     verdicts: dict[str, bool] = {}
     for pred in distinct:  # decided without the parser: same string, or two plain integers
         if pred == truth:
@@ -1347,7 +2165,7 @@ def _score_math(response: str, ground_truth: str, timeout_s: float) -> Score:
             verdicts[pred] = _as_integer(pred) == _as_integer(truth)
     pending = [pred for pred in distinct if pred not in verdicts]
     if pending:
-        reply = _ask_math_worker({"truth": truth, "preds": pending}, timeout_s)
+        reply = _ask_math_worker({"truth": truth, "preds": pending}, deadline - time.monotonic())
         if reply["status"] == "bad_ground_truth":
             raise ValueError(
                 f"mode='math' ground truth {ground_truth!r} cannot be parsed by math-verify "
@@ -1427,9 +2245,16 @@ class _MathWorker:
         self.proc.stdout.close()
 
 
-# One spare worker is kept started beyond those in use (deviation 29): a timeout kills its worker,
-# and the next call then takes the spare, ready, instead of waiting 2-4 s for a worker to start.
-# A spare starts in a background thread whenever a call takes the last idle worker.
+# Spare workers are kept started beyond those in use (deviation 29, G7): a timeout kills its worker,
+# and the next call then takes a spare, ready, instead of waiting 2-4 s for a worker to start. Two,
+# so that the call after a timeout finds one ready even when the timed-out call had taken the last
+# idle one (its replacement is then still starting: 1.5-2.8 s seen on a loaded machine). Spares
+# start in a background thread, one at a time, whenever a call takes a worker or a timeout kills one.
+SPARE_WORKERS = 2
+# Seconds kept back from a call's time limit for what follows a timeout (the kill, starting the
+# replacement's thread, returning), so that the call returns within the limit: measured at 2-4 ms
+# on an idle machine (bench/bench_verifier.py); 50 ms leaves room for a loaded one.
+TIMEOUT_MARGIN_S = 0.05
 _idle_workers: list[_MathWorker] = []
 _starting = 0  # spares being started in background threads
 _waiting = 0  # calls waiting for one of those spares
@@ -1479,40 +2304,66 @@ def _start_idle_worker() -> None:
             if worker is not None:
                 _idle_workers.append(worker)
             _workers_lock.notify_all()
+    if worker is not None:
+        _top_up_spares()  # the next spare, if one is still missing
 
 
-def _take_worker() -> _MathWorker:
-    """An idle worker, else the spare on its way (its remaining start-up beats a whole one), else
-    a new one started here; a spare is started whenever this takes the last idle worker."""
+def _top_up_spares() -> None:
+    """Start a spare in the background when fewer than SPARE_WORKERS are idle and none is starting
+    (G7). One at a time: each start imports sympy and math-verify (seconds of CPU), and two at once
+    would slow the calls that run beside them; a spare that is ready starts the next."""
+    with _workers_lock:
+        needed = _starting == 0 and len(_idle_workers) < SPARE_WORKERS
+    if needed:
+        _start_spare()
+
+
+def _take_worker(deadline: float) -> tuple[_MathWorker | None, bool]:
+    """(worker, started here) for one call. An idle worker; else a spare on its way, waited for
+    until the call's deadline (None after it: the time limit counts the wait); else, when no worker
+    is idle or starting (the process's first call, more calls at once than workers, or spares that
+    failed to start), a worker started here, whose start-up the time limit does not count. Tops the
+    spares up after taking one (after its own start, not beside it: two starts at once would slow it)."""
     global _waiting
     with _workers_lock:
         if not _idle_workers and _starting > _waiting:
             _waiting += 1
-            _workers_lock.wait_for(lambda: bool(_idle_workers) or _starting == 0, WORKER_START_TIMEOUT_S)
+            _workers_lock.wait_for(lambda: bool(_idle_workers) or _starting == 0, max(0.0, deadline - time.monotonic()))
             _waiting -= 1
+            if not _idle_workers and _starting > 0:
+                return None, False  # the deadline came first
         worker = _idle_workers.pop() if _idle_workers else None
-        spare_needed = not _idle_workers and _starting == 0
-    if worker is None:
+    started_here = worker is None
+    if started_here:
         worker = _MathWorker()  # started outside the lock, so threads start theirs in parallel
-    if spare_needed:  # after our own start, not beside it: two starts at once would slow this one
-        _start_spare()
-    return worker
+    _top_up_spares()
+    return worker, started_here
 
 
 def _ask_math_worker(request: dict, timeout_s: float) -> dict:
-    worker = _take_worker()
-    started = time.monotonic()
-    reply = worker.ask(request, timeout_s)
+    """The worker's reply to request, or a timeout or worker_error status, within timeout_s seconds
+    of the call, waiting for a worker and killing one included (G7); only a worker started here
+    (see _take_worker) is not counted."""
+    deadline = time.monotonic() + timeout_s
+    worker, started_here = _take_worker(deadline)
+    if worker is None:
+        return {"status": "timeout", "detail": f"no math worker free within {timeout_s:.2f}s (spares starting)"}
+    if started_here:
+        deadline = time.monotonic() + timeout_s
+    remaining = deadline - TIMEOUT_MARGIN_S - time.monotonic()
+    reply = worker.ask(request, remaining) if remaining > 0 else None
+    if reply is None and remaining <= 0:  # nothing asked: the worker is as good as before
+        with _workers_lock:
+            _idle_workers.append(worker)
+            _workers_lock.notify_all()
+        return {"status": "timeout", "detail": f"no time left of {timeout_s:.2f}s for the worker"}
     if reply is None:
         crashed = worker.proc.poll() is not None
         worker.kill(reap_later=True)  # a hung parser cannot be interrupted; the process is the unit we can stop
-        with _workers_lock:
-            spare_needed = not _idle_workers and _starting == 0
-        if spare_needed:  # no spare left for the next call: start one now
-            _start_spare()
+        _top_up_spares()  # its replacement, started now for the calls after this one
         if crashed:
             return {"status": "worker_error", "detail": f"worker exited with code {worker.proc.returncode}"}
-        return {"status": "timeout", "detail": f"no verdict after {time.monotonic() - started:.2f}s"}
+        return {"status": "timeout", "detail": f"no verdict within {timeout_s:.2f}s"}
     with _workers_lock:
         _idle_workers.append(worker)
         _workers_lock.notify_all()
@@ -1676,12 +2527,15 @@ def score(response: str, ground_truth: str, *, mode: str = "dapo", timeout_s: fl
         response: the model's text (anything: never raises on it).
         ground_truth: the reference answer; "dapo" needs an integer string.
         mode: one of MODES.
-        timeout_s: hard limit, in seconds, on the math mode's parse-and-compare of this response;
-            past it the worker process is killed and the reason is "timeout". Not counted: starting
-            a worker (a few seconds: importing sympy and math-verify and warming them up, once per
-            process). One spare worker is kept started ahead (deviation 29), so the call after a
-            timeout takes it ready; only a second timeout before the next spare is up waits for
-            one. The "dapo" modes are linear-time string work with no parser and need no limit.
+        timeout_s: hard limit, in seconds, on a math-mode call, the wait for a free worker and
+            the kill of a hung one included (G7): past it the worker process is killed and the
+            reason is "timeout", TIMEOUT_MARGIN_S before the limit so that the call returns within
+            it. Not counted: starting a worker when none is idle or starting (a few seconds:
+            importing sympy and math-verify and warming them up; the process's first call, or more
+            calls at once than workers). SPARE_WORKERS spares are kept started ahead, so the call
+            after a timeout takes one ready; a call that finds only spares still starting waits for
+            one until its limit, then times out. Answers too expensive to evaluate are refused
+            before parsing (G7). The "dapo" modes are linear-time string work and need no limit.
 
     Raises:
         ValueError: unknown mode, bad timeout, or a ground truth the mode cannot use.

@@ -1,4 +1,4 @@
-"""Generation throughput: rollout.HFEngine (transformers generate) against rollout.VLLMEngine.
+"""Generation throughput: rollout.HFEngine (transformers generate) against plumbing/vllm_engine.py's VLLMEngine.
 
     OMP_NUM_THREADS=1 python bench/bench_generation.py
     OMP_NUM_THREADS=1 python bench/bench_generation.py --vllm-python PATH/TO/vllm-venv/bin/python --prompts 24

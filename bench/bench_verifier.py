@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 python bench/bench_verifier.py                  # 10,000 responses per mode
     OMP_NUM_THREADS=1 python bench/bench_verifier.py --math-n 1000     # quicker: ~4 min -> ~25 s
+    OMP_NUM_THREADS=1 python bench/bench_verifier.py --limits          # the structural limits' measurements
 
 Responses are synthetic but realistic: real ground truths (and, where the file has them, problem
 texts) from the repository's fixtures by default, tests/fixtures/dapo_math_17k_64.jsonl
@@ -16,8 +17,9 @@ Targets: "dapo" >= the official rule (verl's math_dapo.compute_score, the rule o
 Yu et al. 2025, arXiv:2503.14476) and >= 50,000 responses/s on one core, so that scoring never
 shows in a training step; "math" never above 2 s for one response (its default time limit), a
 timeout included: the guards block times inputs built to make the parser take seconds (refused
-before parsing), one real timeout (the limit, then the kill), and the call after it, which takes
-the spare worker that was started ahead instead of waiting for a worker to start.
+before parsing), two real timeouts in a row (the structural refusal switched off for them: the
+limit, then the kill, within the limit), and the call after them, which takes a spare worker that
+was started ahead instead of waiting for a worker to start.
 """
 
 from __future__ import annotations
@@ -158,46 +160,71 @@ def _nest(depth: int, wrap: str) -> str:
     return text
 
 
-# Inputs that math-verify's parser and sympy take seconds on (measured before dapo-verifier-3 made
-# the math mode refuse them before parsing), each under the 1,000-character answer cap.
+# Inputs that math-verify's parser and sympy take seconds on, each under the 1,000-character answer
+# cap: nested or long ones (refused before parsing since dapo-verifier-3), and short ones whose value
+# is expensive to build or expand (refused since dapo-verifier-4, G7 of verifier.py; each ran into
+# the 2 s limit before, measured with this script).
 PARSER_BOMBS = (
     ("\\frac nested 90 deep", _nest(90, "\\frac{@}{2}")),
     ("\\frac nested 16 deep", _nest(16, "\\frac{@}{2}")),
     ("parentheses 30 deep", _nest(30, "(@)")),
     ("a 300-element tuple", "(" + ",".join(["1"] * 300) + ")"),
     ("60 intervals joined", "\\cup".join(["(1,2)"] * 60)),
+    ("a tower 9^{9^{9^{9}}}", "9^{9^{9^{9}}}"),
+    ("\\binom{10000000}{5000000}", "\\binom{10000000}{5000000}"),
+    ("\\binom{10^{7}}{5 \\cdot 10^{6}}", "\\binom{10^{7}}{5 \\cdot 10^{6}}"),
+    ("(10^{6})!", "(10^{6})!"),
+    ("10^{10^{10}}", "10^{10^{10}}"),
+    ("(x+y+z)^{50}", "(x+y+z)^{50}"),
+    ("\\sum_{k=1}^{1000} k^{k}", "\\sum_{k=1}^{1000} k^{k}"),
 )
+# The structural refusal (G7) stops every input known to reach the time limit; the limit itself is
+# the backstop for what it does not foresee. To time one timeout, this script switches the refusal
+# off for one call, so that the tower goes to the parser as it did before dapo-verifier-4.
 TIMEOUT_BOMB = "9^{9^{9^{9}}}"  # structurally small; its value has ~10^369693099 digits
 
 
+def _wait_for_spares() -> None:
+    """Until the math mode's spare workers are started (verifier.SPARE_WORKERS besides the one in use)."""
+    while len(verifier._idle_workers) < 1 + verifier.SPARE_WORKERS:  # hang guard: the runner's timeout
+        if not verifier._starting:
+            verifier._start_spare()
+        time.sleep(0.05)
+
+
 def guards(timeout_s: float) -> float:
-    """Print the guards block (see the module docstring); return its slowest call, in seconds,
-    other than the timeout itself, whose cost is printed apart."""
+    """Print the guards block (see the module docstring); return its slowest call, in seconds, the
+    timeouts included (each must return within timeout_s: G7 of verifier.py)."""
     slowest = 0.0
     for name, bomb in PARSER_BOMBS:
         t0 = time.perf_counter()
         s = verifier.score(f"Answer: {bomb}", "1", mode="math", timeout_s=timeout_s)
         elapsed = time.perf_counter() - t0
         slowest = max(slowest, elapsed)
-        print(f"  {name:28} {elapsed * 1e3:9.3f} ms  {s.reason}")
+        print(f"  {name:32} {elapsed * 1e3:9.3f} ms  {s.reason}")
     t0 = time.perf_counter()
     worker = verifier._MathWorker()  # what a call would wait for without a spare
     start_up = time.perf_counter() - t0
     worker.kill()
-    while len(verifier._idle_workers) < 2:  # one for the timeout, one spare (hang guard: the runner's timeout)
-        if not verifier._starting:
-            verifier._start_spare()
-        time.sleep(0.05)
-    t0 = time.perf_counter()
-    s = verifier.score(f"Answer: {TIMEOUT_BOMB}", "1", mode="math", timeout_s=timeout_s)
-    timeout_cost = time.perf_counter() - t0
+    _wait_for_spares()
+    refusal = verifier._cost_refusal
+    verifier._cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
+    try:
+        timed = []
+        for label in ("a timeout (refusal off)", "a second timeout, right after"):
+            t0 = time.perf_counter()
+            s = verifier.score(f"Answer: {TIMEOUT_BOMB}", "1", mode="math", timeout_s=timeout_s)
+            timed.append((label, time.perf_counter() - t0, s.reason))
+    finally:
+        verifier._cost_refusal = refusal
     t0 = time.perf_counter()
     after = verifier.score("Answer: \\frac{26}{2}", "13", mode="math", timeout_s=timeout_s)
     next_call = time.perf_counter() - t0
+    for label, elapsed, reason in timed:
+        slowest = max(slowest, elapsed)
+        print(f"  {label:32} {elapsed:9.3f} s   {reason} (limit {timeout_s:g} s, the kill included)")
     slowest = max(slowest, next_call)
-    print(f"  {'a timeout (' + TIMEOUT_BOMB + ')':28} {timeout_cost:9.3f} s   {s.reason} "
-          f"(the {timeout_s:g} s limit, then the kill)")
-    print(f"  {'the call right after it':28} {next_call * 1e3:9.3f} ms  {after.reason} (took the spare; "
+    print(f"  {'the call right after them':32} {next_call * 1e3:9.3f} ms  {after.reason} (took a spare; "
           f"a worker start, what it would have waited: {start_up:.2f} s)")
     return slowest
 
@@ -241,6 +268,32 @@ def interleaved_rates(modes, responses, truths, repeats: int, chunk: int = 250) 
             for mode in modes}
 
 
+# The measurements behind the structural limits of verifier.py (G7): inputs on each side of a limit,
+# timed in one worker with the refusal off, against the ground truth 13 (--limits).
+LIMIT_CASES = (
+    ("MAX_VALUE_DIGITS", ["2^{300000}", "2^{1000000}", "10^{10^{6}}"]),
+    ("MAX_FACTORIAL_ARGUMENT", ["10000!", "20000!", "100000!", "\\binom{20000}{10000}", "\\binom{100000}{50000}"]),
+    ("MAX_EXPANSION_TERMS", ["(x+1)^{39}", "(x+1)^{80}", "(x+y+z)^{7}", "(x+y+z)^{10}", "(x+y+z)^{20}",
+                             "(1+\\sqrt{2})^{100}", "(1+\\sqrt{2})^{1000}"]),
+    ("MAX_SERIES_TERMS, MAX_SERIES_WORK", ["\\prod_{k=1}^{100} k", "\\sum_{k=1}^{100} k^{k}", "\\prod_{k=1}^{100} (x+k)",
+                                          "\\sum_{k=1}^{100000} k", "\\sum_{k=1}^{1000} \\frac{1}{k^{3}}"]),
+)
+LIMIT_TIMEOUT_S = 10.0
+
+
+def limits() -> None:
+    """Print, per structural limit, each input's refusal (or none) and its parse-and-compare time."""
+    verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
+    for name, preds in LIMIT_CASES:
+        print(f"{name}:")
+        for pred in preds:
+            refusal = verifier._cost_refusal(verifier._normalise_math(pred))
+            t0 = time.perf_counter()
+            reply = verifier._ask_math_worker({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
+            elapsed = time.perf_counter() - t0
+            print(f"  {pred:34} {elapsed:7.3f} s  {reply['status']:8} {'refused' if refusal else 'accepted'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=10_000, help="responses for the integer modes")
@@ -252,7 +305,14 @@ def main() -> None:
     parser.add_argument("--math-data", type=Path, default=MATH_DATA,
                         help="JSONL with LaTeX 'answer' (and optional 'problem') fields "
                         "(default: the repository's tests/fixtures/math500_answers.jsonl)")
+    parser.add_argument("--limits", action="store_true",
+                        help="only time the inputs behind verifier.py's structural limits (G7), refusal off")
     args = parser.parse_args()
+    if args.limits:
+        print(title_line("bench_verifier --limits"))
+        print(machine_line(f", usable cores {len(os.sched_getaffinity(0))}"))
+        limits()
+        return
     integer_rows, math_rows = read_rows(args.integer_data), read_rows(args.math_data)
 
     versions = {name: importlib.metadata.version(name) for name in ("math-verify", "sympy")}
@@ -277,6 +337,7 @@ def main() -> None:
           "one core, timeout 2 s")
     print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  note")
     verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
+    _wait_for_spares()  # and its spares, whose start-up (seconds of CPU each) would slow the timed calls
     per_s, ours, slowest, where = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
     reasons = {}
     for s in ours:
@@ -307,7 +368,7 @@ def main() -> None:
     print(f"\nguards (math mode, timeout {verifier.DEFAULT_TIMEOUT_S:g} s):")
     slowest = max(slowest, guards(verifier.DEFAULT_TIMEOUT_S))
     verdict = "within" if slowest <= verifier.DEFAULT_TIMEOUT_S else "OVER"
-    print(f"math mode, slowest call other than the timeout: {slowest:.3f} s ({verdict} the "
+    print(f"math mode, slowest call, timeouts included: {slowest:.3f} s ({verdict} the "
           f"{verifier.DEFAULT_TIMEOUT_S:g} s limit)")
 
 

@@ -24,7 +24,7 @@ NGPU=$(python -c "import torch; print(torch.cuda.device_count())")
 #    for 2 steps with the transformers engine (bench/bench_memory_plan.py's job), and each rank's
 #    torch.cuda.max_memory_allocated while loading and after it (summary.json) beside the plan's
 #    prediction (bench/memory_plan.py --device gpu). With 2 GPUs or more the run loads sharded
-#    (plumbing.load_model under torchrun), and the shards gathered back must equal from_pretrained
+#    (policy.load_model under torchrun), and the shards gathered back must equal from_pretrained
 #    bit for bit. A step that fails prints why and the script goes on.
 python - "$OUT" "$NGPU" <<'PY' || echo "0. the memory plan check FAILED (exit $?)"
 import sys

@@ -13,7 +13,7 @@ without it (--share_prompt_forward false, or under --activation_checkpointing), 
 are exact (the model is built on the meta device); everything else is arithmetic on the shapes,
 per rank, in each phase of a step, and the peak is the largest phase:
 
-  load          each rank's fp32 shard, read from its slices of the files (plumbing.load_model)
+  load          each rank's fp32 shard, read from its slices of the files (policy.load_model)
   generate      the sampler: plumbing/decoding.py on the FSDP2 model (KV cache, one step's logits and
                 the sampler's copies of them), or vLLM's --vllm_gpu_memory_utilization share
   train-head    the largest micro-batch's activations, at the head's backward (its fp32 dW

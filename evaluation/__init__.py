@@ -6,7 +6,11 @@
                     (`python eval.py frontier`)
     audit.py        a stratified sample of rewarded answers for a human, and flags on reward hacks
     paraphrase.py   the same problems in other words, scored beside the originals
+    reports.py      an evaluation report on disk (report.json, report.md) and the paper's protocol it is
+                    compared with
 
 The commands stay at the repository root (eval.py, report.py, preflight.py); these modules never
-import them (tests/test_layout.py).
+import them (tests/test_layout.py). Where a new module goes: here if it measures a model or a run; in
+plumbing/ if it is machinery the loop calls; in tasks/ if it is a task; at the root only if it is one
+of the algorithm's components or a command a user types.
 """

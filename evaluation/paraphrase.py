@@ -184,7 +184,7 @@ def compare(a: dict, b: dict, *, n_boot: int, level: float, seed: int, warnings:
     """Paraphrase side of `eval.py compare A B`: {"paraphrase avg@k": A minus B on the paraphrases,
     "gap avg@k": A's gap minus B's gap}, each estimators.paired_bootstrap over the problems with paraphrases.
 
-    a, b: two report.json dicts with "paraphrase" (same problems and k, checked by eval.compare). A
+    a, b: two report.json dicts with "paraphrase" (same problems and k, checked by compare.compare). A
     rise on the originals with no rise on the paraphrases shows as a widening (more negative) gap.
     Returns {} and appends to `warnings` when the two reports paraphrased different problems or styles.
     """

@@ -196,7 +196,7 @@ def prepare(model, cfg, device: torch.device, world: int) -> None:
     (huggingface/transformers#39194), applied to a dense row x row score matrix: quadratic in
     the row, and on CPU slower than the padded layout (bench/bench_packing.py). flash_attention_2 is switched on
     where it can run: on GPU with flash-attn installed and bf16 compute (FSDP2 mixed precision,
-    which plumbing.wrap_fsdp applies with --bf16 under torchrun). Raises ValueError (as attach, or
+    which policy.wrap_fsdp applies with --bf16 under torchrun). Raises ValueError (as attach, or
     an attention that cannot keep packed sequences apart).
     """
     attach(model)

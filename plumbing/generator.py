@@ -314,18 +314,20 @@ class AsyncGenerator:
     def _died(self, c: int, batch: int | None) -> str:
         return f"{self._who(c)} {self._how(c)}" + (f" without sending batch {batch}" if batch is not None else "")
 
-    def _trouble(self, batch: int | None = None, waiting_for: Callable[[int], bool] | None = None) -> str | None:
+    def _trouble(self, batch: int | None = None, waiting_for: Callable[[int], bool] | None = None,
+                 grace: bool = False) -> str | None:
         """None while the pool is sound; else why not, the cause first: an error a worker diagnosed
         (kind "error"), a worker that died without a message, one silent for --generator_timeout_s,
         then any other failure a worker sent (kind "failure": a bug, or a collective that failed
         because of a peer, given GRACE_S to show as a death). A worker that exited with code 0 has
         finished its batches: trouble only when worker 0 leaves without batch `batch`, or while
-        `waiting_for(c)` still expects worker c."""
+        `waiting_for(c)` still expects worker c. grace: a collective of the learner's own failed, so a
+        worker's death is given GRACE_S to show too (a peer's socket closes before its exit is seen)."""
         self._read_messages()
         for c, (kind, text) in sorted(self.errors.items()):
             if kind == "error":
                 return f"{self._who(c)} failed: {text}"
-        for wait in (0.0, GRACE_S) if self.errors else (0.0,):  # a failed collective: is a peer's death behind it?
+        for wait in (0.0, GRACE_S) if self.errors or grace else (0.0,):  # a failed collective: a peer's death behind it?
             for p in self.procs:
                 p.join(wait / len(self.procs))
             for c, p in enumerate(self.procs):
@@ -390,7 +392,7 @@ class AsyncGenerator:
                     self.weights.send(version, reference, items, self._trouble)
                     failed = self._wait_all(lambda c: self.control.loaded(c) == version)
                 except PeerGone as e:
-                    failed = f"{self._trouble() or e} (during the weight transfer)"
+                    failed = f"{self._trouble(grace=True) or e} (during the weight transfer)"
             else:
                 transport.drain(items)
         if self.dist.main and failed:

@@ -1,13 +1,13 @@
 """Hugging Face checkpoints in and out: checks, loading straight into FSDP2 shards, gathering for saving.
 
-Plumbing a learner may skip (plumbing.load_model and plumbing.save_hf are the entry points). With
+Plumbing a learner may skip (policy.load_model and policy.save_hf are the entry points). With
 one process the model comes from transformers' `from_pretrained`, as it always did; this file
 checks the directory and the checkpoint's tensors around it. Under torchrun a 32B model in
 float32 (131 GB) cannot be built whole on every rank before FSDP2 shards it, so every rank instead
 
   1. builds the model from its config.json on the meta device (shapes, no memory), float32
      whatever dtype the file stores: the master weights are fp32;
-  2. shards it (the caller's `shard`: plumbing.wrap_fsdp, `fully_shard` on every decoder layer,
+  2. shards it (the caller's `shard`: policy.wrap_fsdp, `fully_shard` on every decoder layer,
      then the root);
   3. materialises only its own shards (`to_empty`: uninitialised memory), and checks that tied
      input and output embeddings are still one tensor (an untied copy would train apart,
@@ -186,7 +186,7 @@ def load_sharded(path: str, device: torch.device, shard, *, trust_remote_code: b
     """The causal LM of an HF directory as FSDP2 shards, each rank reading only its slices (steps 1-5 above).
 
     A collective: every rank of the default process group calls it. shard: a function that
-    applies FSDP2 to the meta-device model in place (plumbing.wrap_fsdp). offload: the shards
+    applies FSDP2 to the meta-device model in place (policy.wrap_fsdp). offload: the shards
     live in CPU memory (FSDP2 CPUOffloadPolicy), buffers on `device`. Returns the model in eval
     mode, as `from_pretrained` does, with the directory's generation_config.json when it has one.
 

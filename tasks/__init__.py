@@ -6,4 +6,6 @@
                     (`python -m tasks.tiny_base`)
 
 A fork's task can live anywhere importable and is chosen with `--task module:Class` (docs/forking.md).
+Where a new module goes: a task here; machinery the loop calls in plumbing/; a measurement in
+evaluation/; the repository root keeps only the algorithm's components and the commands people type.
 """

@@ -33,11 +33,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
-from plumbing import cli, distributed
+from evaluation import reports  # noqa: E402
+from plumbing import cli, distributed, policy  # noqa: E402
 from task import Dataset, Problem, Task, load_task, task_spec  # noqa: E402
 from tasks import tiny  # noqa: E402
 from tasks.tiny import TinyTask  # noqa: E402
-from plumbing import policy  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # small public datasets (fixtures/README.md)
@@ -457,12 +457,12 @@ def test_model_settings_mirror_train_config():
 
 def test_paper_deviations_lists_each_difference():
     _, info = _load(str(AIME_PARQUET))
-    paper = {**ev.PAPER_PROTOCOL, **info}
-    assert ev.paper_deviations(paper) == []
-    dev = ev.paper_deviations({**paper, "verifier": "dapo", "k": 4})
+    paper = {**reports.PAPER_PROTOCOL, **info}
+    assert reports.paper_deviations(paper) == []
+    dev = reports.paper_deviations({**paper, "verifier": "dapo", "k": 4})
     assert len(dev) == 2 and any(d.startswith("verifier") for d in dev)
     _, info = _load(str(FIXTURES / "dapo_math_17k_64.jsonl"))  # not AIME 2024
-    assert ev.paper_deviations({**paper, **info}) == [
+    assert reports.paper_deviations({**paper, **info}) == [
         f"dataset: {info['dataset']!r} (paper AIME 2024, one of ['aime2024.jsonl', 'aime2024_dapo_eval.parquet'])"]
 
 

@@ -484,6 +484,7 @@ REFUSED = [
     (["--task_args", '{"size": 10}'], "--task_args: TinyTask has no option 'size'; its options are ['train_size'"),
     (["--task_args", "[1]"], "expected a JSON object of TinyTask's options"),
     (["--task_args", "{size: 1}"], "not JSON"),
+    (["--task_args", '{"train_size": "8"}'], "--task_args: TinyTask's option 'train_size' is int, got '8'"),
     (["--task", "tasks.tiny"], "write it as module:Class"),
     (["--task", "no_such_module:Task"], "no module 'no_such_module' importable from here"),
     (["--task", "task:NoSuchTask"], "module 'task' defines no 'NoSuchTask'"),

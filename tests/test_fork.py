@@ -29,6 +29,7 @@ import eval as ev
 import preflight
 import train
 from plumbing import distributed, policy
+from task import task_of
 
 REPO = Path(__file__).resolve().parents[1]
 PAGE = (REPO / "docs" / "forking.md").read_text()
@@ -107,8 +108,7 @@ def test_a_task_given_from_python_is_recorded_and_its_options_reach_it(mytask, t
     train.train(cfg, task=UnitsDigit(n_problems=70))
     config = json.loads((run / "config.json").read_text())["config"]
     assert config["task"] == "mytask:UnitsDigit" and json.loads(config["task_args"]) == {"n_problems": 70}
-    task, _ = train.task_and_config(train.parse_config(["--task", config["task"], "--task_args", config["task_args"],
-                                                         "--data", "units"]), None)
+    task, _ = task_of(train.parse_config(["--task", config["task"], "--task_args", config["task_args"], "--data", "units"]))
     assert task == UnitsDigit(n_problems=70) and len(task.read("units", cfg, held_out=False)[0]) == 70
 
 

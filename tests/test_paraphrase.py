@@ -26,10 +26,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import rollout  # noqa: E402
-from plumbing import cli
+from plumbing import cli  # noqa: E402
 from task import DAPO_PREFIX, Dataset, Problem, Task  # noqa: E402
-from evaluation import compare  # noqa: E402
-from evaluation import paraphrase  # noqa: E402
+from evaluation import compare, paraphrase  # noqa: E402
 from tasks import tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import preflight  # noqa: E402
 import train  # noqa: E402
-from plumbing import cli
+from plumbing import cli  # noqa: E402
 from rollout import Sample  # noqa: E402
 from task import Problem, Task  # noqa: E402
 from tasks.tiny import TinyTask  # noqa: E402

@@ -35,7 +35,7 @@ INSTRUCTION = "Solve the following math problem step by step"  # start of the of
 
 
 def _rows_by_index(path: Path) -> dict[str, dict]:
-    """Parquet rows keyed by str(extra_info.index), the id train.load_problems gives them."""
+    """Parquet rows keyed by str(extra_info.index), the id task.Task.read gives them."""
     import pyarrow.parquet as pq
 
     return {str(r["extra_info"]["index"]): r for r in pq.read_table(path).to_pylist()}

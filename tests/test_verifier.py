@@ -1,8 +1,9 @@
 """Tests of verifier.py: one table per mode, the ground truths and modes a caller gets wrong, batch
 scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
 dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py, those of
-dapo-verifier-3 in tests/test_verifier_notation.py; the guards (code in model text never executed,
-bounded time on expressions built to hang, the parse limits, the spare worker) in
+dapo-verifier-3 in tests/test_verifier_notation.py, the final-answer grammar of dapo-verifier-4 in
+tests/test_verifier_grammar.py; the guards (code in model text never executed, bounded time on
+expressions built to hang, the parse and cost limits, the spare workers) in
 tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
@@ -101,7 +102,8 @@ DAPO_CASES = [
     ("Answer: 13 or more", "13", False, "malformed"),
     ("Answer: 13\\pi", "13", False, "malformed"),
     ("Answer: 13 pi", "13", False, "malformed"),
-    ("Answer: 13 (mod 7)", "13", False, "malformed"),
+    ("Answer: 13 (mod 7)", "13", True, "ok"),  # a congruence states its residue (G2); was malformed before v4
+    ("Answer: 13 (mod 7)", "7", False, "wrong"),  # the modulus is never the answer
     ("Answer: \\frac{26}{2}", "13", False, "malformed"),
     ("Answer: thirteen", "13", False, "malformed"),
     ("Answer: 13.5", "13", False, "wrong"),
@@ -294,7 +296,8 @@ def test_score_batch_keeps_input_order():
     truths = ["0.5", "13", "\\frac12", "4", "1", "2"]
     expected = [score(r, t, mode="math", timeout_s=1.0) for r, t in zip(responses, truths)]
     batch = score_batch(responses, truths, mode="math", workers=2, timeout_s=1.0)
-    assert [s.reason for s in batch] == [s.reason for s in expected] == ["ok", "timeout", "ok", "wrong", "no_answer", "ok"]
+    # the tower is refused before parsing (G7 of verifier.py; it timed out before dapo-verifier-4)
+    assert [s.reason for s in batch] == [s.reason for s in expected] == ["ok", "malformed", "ok", "wrong", "no_answer", "ok"]
     dapo = score_batch([f"Answer: {i}" for i in range(50)], [str(i % 7) for i in range(50)])
     assert [s.correct for s in dapo] == [i == i % 7 for i in range(50)]
 
@@ -308,7 +311,7 @@ def test_score_batch_length_mismatch_raises():
 
 
 def test_public_constants():
-    assert verifier.VERSION == "dapo-verifier-3"  # bumped with the rules of deviations 23-29
+    assert verifier.VERSION == "dapo-verifier-4"  # bumped with the grammar (G1-G7) and deviations 30-39
     assert MODES == ("dapo", "dapo-official", "math")
     assert EXCEPTION_REASONS <= set(REASONS) and {"timeout", "parse_error"} <= EXCEPTION_REASONS
     tables = DAPO_CASES + MATH_CASES  # the kinds' tables: tests/test_verifier_kinds.py

@@ -1,7 +1,9 @@
 """Tests of verifier.py's guards: code in model text is never executed, and expressions built to
-hang or explode the math parser come back in bounded time as verifier exceptions (timeout,
+hang or explode the math parser come back in bounded time: refused before parsing when their
+structure says they are expensive (G7 of verifier.py), else as verifier exceptions (timeout,
 parse_error), with the worker processes that make this possible (killed on a timeout, replaced in
-the background). The verdict tables are in tests/test_verifier.py and tests/test_verifier_kinds.py.
+the background, the wait for one counted in the time limit). The verdict tables are in
+tests/test_verifier.py, tests/test_verifier_kinds.py and tests/test_verifier_grammar.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_guards.py
 
@@ -12,6 +14,7 @@ it is asserted.
 from __future__ import annotations
 
 import inspect
+import json
 import multiprocessing
 import sys
 import threading
@@ -145,7 +148,15 @@ def test_bombs_return_within_time_limit():
                 assert elapsed < STRING_HANG_GUARD_S, (bomb, mode, elapsed)
 
 
-def test_timeout_default_is_two_seconds_and_is_an_exception():
+# The time limit is the backstop for what the structural refusal (G7) does not foresee. To reach it,
+# the tests below switch that refusal off, so that "9^{9^{9^{9}}}" goes to the parser again (it is
+# refused before parsing otherwise: test_expensive_answers_are_refused_before_parsing).
+@pytest.fixture
+def no_structural_refusal(monkeypatch):
+    monkeypatch.setattr(verifier, "_cost_refusal", lambda pred: None)
+
+
+def test_timeout_default_is_two_seconds_and_is_an_exception(no_structural_refusal):
     assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
     _ensure_idle_workers()
     start = time.monotonic()
@@ -156,7 +167,7 @@ def test_timeout_default_is_two_seconds_and_is_an_exception():
     assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
 
 
-def test_timeout_works_in_a_thread():
+def test_timeout_works_in_a_thread(no_structural_refusal):
     results = []
     thread = threading.Thread(target=lambda: results.append(score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0)))
     start = time.monotonic()
@@ -166,18 +177,20 @@ def test_timeout_works_in_a_thread():
     assert time.monotonic() - start < 30
 
 
-def _score_in_child(response: str) -> tuple[str, float]:
+def _score_in_child(response: str, timeout_s: float) -> tuple[str, float]:
     start = time.monotonic()
-    s = score(response, "13", mode="math", timeout_s=1.0)
+    s = score(response, "13", mode="math", timeout_s=timeout_s)
     return s.reason, time.monotonic() - start
 
 
-def test_timeout_works_in_a_daemonic_worker_process():
+def test_timeout_works_in_a_daemonic_worker_process(no_structural_refusal):
     # multiprocessing pool workers are daemonic and may not start multiprocessing children;
-    # the verifier's subprocess workers are allowed there.
+    # the verifier's subprocess workers are allowed there. The child's first call starts its own
+    # worker and the spares; the second may have to wait for a spare to finish starting, which its
+    # time limit counts (G7): the limit given leaves room for that start on a loaded machine.
     with multiprocessing.get_context("fork").Pool(1) as pool:
-        reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}",))
-        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}",))
+        reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}", 1.0))
+        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}", verifier.WORKER_START_TIMEOUT_S))
     assert (reason, ok_reason) == ("timeout", "ok")
 
 
@@ -222,8 +235,8 @@ def test_parse_limits_are_documented_constants():
     assert (verifier.MAX_NESTING_DEPTH, verifier.MAX_ANSWER_TOKENS) == (8, 160)
 
 
-def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch):
-    """A timeout kills its worker; the next call takes the spare that was started before, ready,
+def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch, no_structural_refusal):
+    """A timeout kills its worker; the next call takes a spare that was started before, ready,
     instead of waiting for a worker to start (2-4 s)."""
     used = []
     ask = verifier._MathWorker.ask
@@ -237,8 +250,9 @@ def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch):
     spare = verifier._idle_workers[0]  # the call below takes the last one: this one is left
     assert score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0).reason == "timeout"
     assert spare in verifier._idle_workers  # ready when the timeout is over
+    ready = list(verifier._idle_workers)
     assert score("Answer: \\frac{26}{2}", "13", mode="math").reason == "ok"
-    assert used[-1] is spare  # the next call used it: no start-up in its way
+    assert used[-1] in ready  # the next call used a ready one: no start-up in its way
 
 
 def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypatch):
@@ -258,3 +272,83 @@ def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypat
     assert verifier._idle_workers == before  # no half-made worker left behind
     monkeypatch.undo()
     assert score("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", mode="math").correct  # the next call starts its own
+
+
+# Answers too expensive to evaluate (G7): (prediction, refused before parsing). Refused ones never
+# reach a worker; each refused one ran into the 2 s time limit before (bench/bench_verifier.py).
+COSTLY = [
+    ("\\binom{10000000}{5000000}", True),
+    ("\\dbinom{10^{7}}{5 \\cdot 10^{6}}", True),
+    ("\\binom{100000}{50000}", True),
+    ("9^{9^{9^{9}}}", True),  # a tower
+    ("3^{3^{3^{3}}}", True),
+    ("10^{10^{10}} - 10^{10^{10}}", True),
+    ("100000!", True),
+    ("(10^{6})!", True),
+    ("100!!!!!!", True),
+    ("2^{1000000}", True),
+    ("(x+1)^{1000}", True),  # expanding a power of a sum
+    ("(x+y+z)^{50}", True),
+    ("(1+\\sqrt{2})^{1000}", True),
+    ("\\sum_{k=1}^{10000000} k", True),
+    ("\\sum_{k=1}^{1000} k^{k}", True),
+    ("\\prod_{k=1}^{1000} (x+k)", True),
+    ("\\binom{2000}{1000}", False),  # what real answers hold stays
+    ("\\binom{10^{7}}{2}", False),
+    ("10000!", False),
+    ("2^{2^{2^{2^{2}}}}", False),  # 2^65536: 19,729 digits
+    ("2^{2023} - 1", False),
+    ("(x+1)^{20}", False),
+    ("x^{10^{10}}", False),  # a symbol's power: nothing to compute
+    ("\\sum_{k=1}^{n} k^{2}", False),
+    ("\\sum_{k=1}^{100} \\frac{1}{k}", False),
+    ("\\left(\\frac{3}{4}\\right)^{10}", False),
+]
+
+
+@pytest.mark.parametrize("pred, refused", COSTLY, ids=range(len(COSTLY)))
+def test_expensive_answers_are_refused_before_parsing(pred, refused, monkeypatch):
+    asked = []
+    monkeypatch.setattr(verifier, "_ask_math_worker", lambda request, timeout_s: asked.append(request) or
+                        {"status": "ok", "verdicts": [False] * len(request["preds"])})  # fmt: skip
+    start = time.monotonic()
+    s = score(f"Answer: {pred}", "7", mode="math")
+    assert time.monotonic() - start < STRING_HANG_GUARD_S  # string work only: a hang guard
+    if refused:
+        assert (s.reason, asked) == ("malformed", []) and "too expensive" in s.detail, s
+    else:
+        assert s.reason == "wrong" and len(asked) == 1, s
+
+
+def test_every_math500_answer_passes_the_structural_refusal():
+    """No real answer is refused: each MATH-500 ground truth, stated as a prediction, reaches the parser."""
+    lines = (Path(__file__).parent / "fixtures" / "math500_answers.jsonl").read_text().splitlines()
+    answers = [json.loads(line)["answer"] for line in lines if line.strip()]
+    assert len(answers) == 500
+    refused = [a for a in answers if verifier._cost_refusal(verifier._normalise_math(a)) is not None]
+    assert refused == []
+
+
+def test_a_call_waiting_for_a_starting_spare_returns_within_its_limit(monkeypatch):
+    """The time limit counts the wait for a worker (G7): with no worker idle and a spare still
+    starting, the call times out at its limit instead of waiting for the start (seconds)."""
+    with verifier._workers_lock:
+        idle, verifier._idle_workers[:] = list(verifier._idle_workers), []
+    monkeypatch.setattr(verifier, "_starting", 1)  # a spare on its way that never comes
+    monkeypatch.setattr(verifier, "_top_up_spares", lambda: None)
+    try:
+        start = time.monotonic()
+        reply = verifier._ask_math_worker({"truth": "1", "preds": ["1"]}, 0.3)
+        elapsed = time.monotonic() - start
+    finally:
+        with verifier._workers_lock:
+            verifier._idle_workers[:] = idle
+    assert reply["status"] == "timeout" and "no math worker free" in reply["detail"], reply
+    assert 0.3 <= elapsed < 0.3 + MATH_HANG_MARGIN_S  # not before the limit; a hang guard after it
+
+
+def test_structural_limits_are_documented_constants():
+    limits = (verifier.MAX_VALUE_DIGITS, verifier.MAX_FACTORIAL_ARGUMENT, verifier.MAX_EXPANSION_TERMS)
+    assert limits == (100_000, 10_000, 40)
+    assert (verifier.MAX_SERIES_TERMS, verifier.MAX_SERIES_WORK, verifier.SPARE_WORKERS) == (100, 10**6, 2)
+    assert 0 < verifier.TIMEOUT_MARGIN_S < 0.1

@@ -37,11 +37,9 @@ sys.path.insert(0, str(REPO))
 import rollout  # noqa: E402
 import train  # noqa: E402
 from rollout import SamplingParams, WeightSyncError  # noqa: E402
-from plumbing import forward  # noqa: E402
-from plumbing import policy  # noqa: E402
+from plumbing import forward, policy  # noqa: E402
 from plumbing.vllm_engine import VLLMEngine  # noqa: E402
-from tasks import tiny  # noqa: E402
-from tasks import tiny_base  # noqa: E402
+from tasks import tiny, tiny_base  # noqa: E402
 
 torch.set_num_threads(1)
 MAX_MODEL_LEN = 256
