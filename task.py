@@ -345,7 +345,9 @@ def load_task(spec: str, args: str | dict = "{}") -> Task:
         raise ValueError(f"--task {spec!r}: {name} is not a subclass of task.Task; subclass it and override read, "
                          "messages, score and check_answer (docs/forking.md)")
     fields = {f.name: f for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
-    example = json.dumps({k: f.default for k, f in list(fields.items())[:1]})  # the class's own first option
+    first = [(k, f.default if f.default is not dataclasses.MISSING else f.default_factory())  # its own first option
+             for k, f in list(fields.items())[:1] if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING]
+    example = json.dumps(dict(first))
     try:
         kwargs = json.loads(args) if isinstance(args, str) else dict(args)
     except json.JSONDecodeError as e:

@@ -86,11 +86,11 @@ class TinyTask(Task):
         """The problem as its own prompt: it carries its format ("... Answer: N"), no instruction around it."""
         return [dict(m) for m in problem.messages]
 
-    def load(self, spec: str, tokenizer, cfg, *, held_out: bool, limit: int = 0):
+    def load(self, spec: str, tokenizer, cfg, **kwargs):
         """Task.load, for the tiny character tokenizer only: its problems carry no instruction, so a model it
         was not made for would train without a reward signal and without a word (check_tokenizer raises)."""
         check_tokenizer(tokenizer)
-        return super().load(spec, tokenizer, cfg, held_out=held_out, limit=limit)
+        return super().load(spec, tokenizer, cfg, **kwargs)
 
 
 def upgrade_config(config: dict) -> dict:

@@ -197,7 +197,8 @@ def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
         rep["paraphrase"] = paraphrase.gaps(para, rep, measured, params, n_boot=100)
         reports.append(json.loads(json.dumps(rep)))  # as read back from report.json
     res = compare.compare(*reports, n_boot=100, level=0.95, seed=0)
-    assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "tokens_per_problem", "distinct_answers", "answer_entropy_bits",
+    assert list(res["metrics"]) == ["avg@2", "pass@2", "maj@2", "format_error", "exact_form", "tokens_per_problem",
+                                    "distinct_answers", "answer_entropy_bits",
                                     "duplicate_response_frac", "paraphrase avg@2", "gap avg@2"] and res["warnings"] == []
     assert res["metrics"]["avg@2"]["diff"] == 1.0
     p, g = res["metrics"]["paraphrase avg@2"], res["metrics"]["gap avg@2"]
