@@ -287,6 +287,12 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     return engine
 
 
+def engine_dtype(device, bf16: bool = True) -> str:
+    """The generation engine's weight dtype: bf16 on GPU (with --bf16), else fp32 (vLLM's GPU default would be the
+    checkpoint's dtype, fp32 for an fp32 checkpoint: twice the memory and slower kernels)."""
+    return "bfloat16" if getattr(device, "type", device) == "cuda" and bf16 else "float32"
+
+
 def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None,
                 colocated: bool = True):
     """The generation engine of a train.Config (build_engine), holding the longest prompt plus
@@ -303,8 +309,7 @@ def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, 
                                  max_model_len=max_len, max_batch=cfg.engine_max_batch,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
                                  top_p=cfg.top_p, announce=announce, tp=cfg.vllm_tp,
-                                 dtype="bfloat16" if device.type == "cuda" and cfg.bf16 else "float32",
-                                 colocated=colocated)
+                                 dtype=engine_dtype(device, cfg.bf16), colocated=colocated)
     forward.set_fp32_head(model, engine.shares_module or getattr(engine, "fp32_head", False))
     if not engine.shares_module and probe is not None:
         engine.sync_probe = rollout.sync_probe(probe[0], probe[1], max_len)

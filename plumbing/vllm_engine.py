@@ -550,6 +550,7 @@ class VLLMEngine(Engine):
                 client.shutdown()  # detaches its finalizer: nothing runs again at exit
             del llm, client
             gc.collect()
+        release_cached_memory()  # the next engine of this process (eval.py frontier) needs the card's memory back
         self.group = None  # destroyed with the default group
 
 
