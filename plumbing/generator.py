@@ -37,7 +37,8 @@ worker then checks its own log-probs of the probe against the learner's (the wei
 mismatch stops the run with rollout.WeightSyncError and the measured gap).
 
 Placement: the learner's rank 0 spawns the K workers on its own host; on GPU worker c takes the
-GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c), and sees only that one (distributed.worker_env). docs/async.md "A pool of generator workers".
+GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c) and sees only that one, as its device 0
+(distributed.worker_env). docs/async.md "A pool of generator workers".
 
 Start-up: the spawn start method pickles a process's arguments into a pipe that the child reads
 only after importing the learner's main module (seconds); a child that dies before reading them

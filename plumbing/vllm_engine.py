@@ -29,7 +29,8 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
   * Tensor parallelism inside the job: `distributed_executor_backend="external_launcher"` with
     tensor_parallel_size N under torchrun makes every N consecutive ranks one engine (vLLM's
     initialize_model_parallel, vllm/distributed/parallel_state.py; TRL's colocate mode groups
-    ranks the same way, trl/generation/vllm_generation.py). Every rank of a group samples the
+    ranks the same way, trl/generation/vllm_generation.py); at N = 1 too (launch_kwargs), so that no
+    rank's engine lands on GPU 0. Every rank of a group samples the
     tokens itself: ranks of one group given different prompts or seeds return different tokens
     with no error and no hang, which `generate` rules out before submitting anything.
   * Shutting an in-process engine down (its weakref finalizer, vllm/v1/engine/core_client.py
@@ -300,7 +301,10 @@ class VLLMEngine(Engine):
         if current_platform.is_cpu():  # seeded requests crash on a partial prefill there (module docstring)
             kwargs["enable_chunked_prefill"] = False
         world = tdist.get_world_size() if self._trainer_owns_default_group else 1
-        kwargs.update(launch_kwargs(self.tp, self._trainer_owns_default_group, world, self.in_process))
+        # the external launcher reads RANK and LOCAL_RANK (torchrun's, or distributed.worker_env's); a group made
+        # without them (a generator pool's on the CPU) keeps vLLM's own executor, which joins that group as it is
+        launched = self._trainer_owns_default_group and "RANK" in os.environ and "LOCAL_RANK" in os.environ
+        kwargs.update(launch_kwargs(self.tp, launched, world, self.in_process))
         if self.tp > 1:
             self.group = distributed.new_engine_group(self.tp)  # ours, for the request check; vLLM builds its own
         if quiet:
