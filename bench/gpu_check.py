@@ -130,16 +130,25 @@ def head(out: Path, cpu: bool) -> None:
 
 
 def build(out: Path, cpu: bool) -> None:
-    """A random Qwen2-style model (bf16 safetensors, the tiny tokenizer): 1.5B parameters on GPU, a tiny one with --cpu."""
-    import bench_memory_plan as b
+    """A random Qwen2-style model (bf16 safetensors, the tiny tokenizer; bench_memory_plan.build_random_model's recipe):
+    1.5B parameters on GPU, initialised there (seconds, not a minute on the host), a tiny one with --cpu."""
+    import shutil
 
-    shape = (dict(b.RANDOM_SHAPE, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, vocab_size=512) if cpu or not _cuda()
-             else dict(b.RANDOM_SHAPE, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24,
-                       max_position_embeddings=32768))
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    gpu = _cuda() and not cpu
+    shape = dict(vocab_size=32768, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=16,
+                 num_key_value_heads=4, max_position_embeddings=32768) if gpu else dict(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512)
     t0 = time.perf_counter()
-    with torch.device("cuda" if _cuda() and not cpu else "cpu"):  # random init on the GPU: seconds, not a minute
-        b.build_random_model(out, shape)
+    torch.manual_seed(0)
+    with torch.device("cuda" if gpu else "cpu"):
+        model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True, eos_token_id=1, pad_token_id=0,
+                                                             bos_token_id=None))
+    model.to(torch.bfloat16).save_pretrained(out)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(REPO / "assets" / "tiny-base" / f, out / f)
     print(f"built {out} in {time.perf_counter() - t0:.1f} s: {shape}")
 
 

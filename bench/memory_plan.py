@@ -290,9 +290,15 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     root = [Term("root group gathered (embeddings, head, final norm)", f"{b} B x {n(s.root)}", b * s.root, where)] if fsdp else []
     layer = lambda k, what: Term(what, f"{k} x {b} B x {n(s.layer)}", k * b * s.layer, where)  # noqa: E731
 
-    # load: the shard, filled from the rank's slices of the files (the pages read count in RSS while mapped)
+    # load: the shard, filled from the rank's slices of the files. Measured per phase (bench/load_phases.py, 4 gloo
+    # ranks, a 277M model stored in bf16): the peak is inside torch.distributed.checkpoint's read, where the rank holds
+    # its shard (to_empty reserves it, the copy makes it resident), the file's pages of its slices, mapped by
+    # safe_open until the file is closed (half the shard's size for a bf16 file), and one slice in flight.
+    file_dtype_bytes = max(1, round(s.file_bytes / s.params))  # 2 for a bf16 checkpoint
     out["load"] = runtime + [master, Term("checkpoint pages read (its slices of the files)", f"{s.file_bytes / 1e9:.2f} GB / {N}",
-                                          s.file_bytes / N, "host")]
+                                          s.file_bytes / N, "host"),
+                             Term("one slice in flight (the largest tensor's, as stored)", f"{file_dtype_bytes:g} B x "
+                                  f"{n(s.largest)} / {N}", file_dtype_bytes * s.largest / N, "host")]
 
     # generate
     rows_of = lambda prompts, k: min(c.engine_max_batch, math.ceil(prompts) * k)  # noqa: E731
