@@ -207,10 +207,11 @@ def test_generation_logits_follow_the_trainers_head_precision():
     model.to(torch.bfloat16)  # as under FSDP2 mixed precision
     x = torch.randn(2, 5, model.config.hidden_size).bfloat16()  # (B, S, D)
     head = model.get_output_embeddings()
-    ref = x.double() @ head.weight.double().t()  # (B, S, V) the exact products of the bf16 values
-    assert head(x).dtype == torch.float32 and float((head(x).double() - ref).abs().max()) < 1e-5
-    forward.set_fp32_head(model, False)  # an engine whose head cannot be fp32: neither side is
-    assert head(x).dtype == torch.bfloat16
+    with torch.no_grad():
+        ref = x.double() @ head.weight.double().t()  # (B, S, V) the exact products of the bf16 values
+        assert head(x).dtype == torch.float32 and float((head(x).double() - ref).abs().max()) < 1e-5
+        forward.set_fp32_head(model, False)  # an engine whose head cannot be fp32: neither side is
+        assert head(x).dtype == torch.bfloat16
 
 
 # --- NCCL's wait, the offloaded optimizer's threads, clocks --------------------------------------------------
