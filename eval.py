@@ -62,8 +62,9 @@ import torch
 import rollout
 import verifier
 from rollout import SamplingParams
-from task import Dataset, Task
-from evaluation import compare, frontier, paraphrase
+from task import Dataset, Task, load_task, task_spec
+from tasks import tiny
+from evaluation import compare, frontier, paraphrase, reports
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
 from plumbing import cli, distributed, policy
@@ -72,13 +73,6 @@ from plumbing.distributed import Dist, rank_seed, shard, unshard
 from plumbing.policy import repo_commit
 
 DEFAULT_MODEL = policy.DEFAULT_MODEL
-# The published evaluation (paper section 4.1: AIME 2024, avg@32, temperature 1.0, top_p 0.7, 20480-token
-# responses, scored by the official rule), for the report's "differs from the paper" list.
-PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "max_new_tokens": 20480,
-                  "verifier": "dapo-official"}
-# AIME 2024 as the paper evaluated it: task.file_hash (sha256[:16]) of the official DAPO file
-# (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
-PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
 
 
 # --- plumbing: config ------------------------------------------------------------------------------
@@ -89,7 +83,11 @@ class EvalConfig:
     """Every setting of `python eval.py`. Empty / 0 means "what the checkpoint saved"."""
 
     model: str = F("", "HF model directory or a run directory (its final/ is used); '' = assets/tiny-base")
-    data: str = F("tiny", "'tiny', a .parquet (DAPO layout) or a .jsonl with problem/answer")
+    data: str = F("", "a name the task generates ('tiny'), a .parquet (DAPO layout) or a .jsonl with problem/answer; "
+                  "'' = the checkpoint's --eval_data ('tiny' without one)")
+    task: str = F("", "module:Class of the task that scores the answers (train.py --task); '' = the checkpoint's, else "
+                  "the task that generates --data, else task:Task")
+    task_args: str = F("", "the task's options, a JSON object ('' = the checkpoint's with its task, else {})")
     k: int = F(32, "[k] samples per problem (paper: 32 on AIME 2024)")
     temperature: float = F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = F(0.7, "nucleus top_p (paper evaluation 0.7)")
@@ -301,7 +299,7 @@ def evaluate(engine, tokenizer, data: Dataset, params: SamplingParams, cfg, task
         "pass_at_k": "unbiased 1 - C(n-c,k)/C(n,k), n = k samples per problem (Chen et al. 2021)",
         "maj_tie_rule": MAJ_TIE_RULE, "maj_equality": "string" if cfg.verifier != "math" else "math-verify (verifier.score)",
     }
-    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": length_table(records, params.max_new_tokens),
+    return {"metrics": metrics, "ci": ci, "per_problem": records, "length_table": reports.length_table(records, params.max_new_tokens),
             "settings": settings, "correct": [r["correct"] for r in records]}
 
 
@@ -364,33 +362,6 @@ def summarize(records: list[dict], *, n_boot: int, ci_level: float, seed: int) -
     return metrics, {m: [float(lo[i]), float(hi[i])] for i, m in enumerate(names)}
 
 
-def length_table(records: list[dict], max_new_tokens: int) -> list[dict]:
-    """Accuracy by response length: four equal bins of the budget, then the truncated responses.
-
-    Returns rows {"bin", "samples", "share", "accuracy" (None for an empty bin)}.
-    """
-    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
-    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
-    trunc = np.array([t for r in records for t in r["truncated"]], dtype=bool)  # (P*k,)
-    edges = [round(max_new_tokens * q / 4) for q in range(5)]
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        last = hi == edges[-1]
-        sel = ~trunc & (lengths >= lo) & ((lengths <= hi) if last else (lengths < hi))  # (P*k,)
-        rows.append((f"[{lo}, {hi}{']' if last else ')'}", sel))
-    rows.append((f"truncated (hit {max_new_tokens})", trunc))
-    return [{"bin": name, "samples": int(sel.sum()), "share": float(sel.mean()),
-             "accuracy": float(correct[sel].mean()) if sel.any() else None} for name, sel in rows]
-
-
-def paper_deviations(settings: dict) -> list[str]:
-    """Each setting that differs from the paper's AIME 2024 avg@32 protocol, as 'name: ours (paper x)'."""
-    out = [f"{key}: {settings.get(key)!r} (paper {want!r})" for key, want in PAPER_PROTOCOL.items() if settings.get(key) != want]
-    if settings.get("dataset_hash") not in PAPER_DATASET_HASHES:
-        out.append(f"dataset: {settings.get('dataset')!r} (paper AIME 2024, one of {sorted(PAPER_DATASET_HASHES.values())})")
-    return out
-
-
 # --- plumbing: inputs ----------------------------------------------------------------------------------
 
 
@@ -419,9 +390,10 @@ class ModelSettings:
     verifier: str = "dapo"
     skip_bad_rows: bool = False
     seed: int = 0
-    tiny_train_size: int = 20000
-    tiny_heldout_size: int = 256
-    tiny_heldout_seed: int = 0
+    task: str = ""
+    task_args: str = "{}"
+    data: str = "tiny"
+    eval_data: str = "tiny"
     trust_remote_code: bool = False
 
 
@@ -437,7 +409,8 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     saved = model_dir / "dapo_run.json"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}
     if saved.exists():
-        base = {k: v for k, v in json.loads(saved.read_text())["config"].items() if k in fields}
+        config = tiny.upgrade_config(json.loads(saved.read_text())["config"])  # a run from before --task: the same run
+        base = {k: v for k, v in config.items() if k in fields}
         source = str(saved)
     elif ecfg.max_new_tokens:
         base, source = {}, "defaults (no dapo_run.json)"
@@ -453,18 +426,6 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     if settings.verifier not in verifier.MODES:
         raise ValueError(f"--verifier must be one of {verifier.MODES}, got {settings.verifier!r}")
     return settings, source
-
-
-def resolve_data(spec: str) -> str:
-    """'tiny' or the path of an existing .jsonl / .parquet file.
-
-    Raises:
-        FileNotFoundError: anything else, naming the fix.
-    """
-    if spec == "tiny" or Path(spec).is_file():
-        return spec
-    raise FileNotFoundError(f"--data {spec!r}: no such file; pass 'tiny' or the path of a .jsonl/.parquet file (the "
-                            "official AIME 2024 evaluation file is tests/fixtures/aime2024_dapo_eval.parquet)")
 
 
 def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalConfig, device, world: int = 1):
@@ -486,48 +447,6 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     return engine, tokenizer
 
 
-# --- plumbing: reports ----------------------------------------------------------------------------------
-
-
-def _fmt(x) -> str:
-    return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-def render_markdown(res: dict) -> str:
-    """report.md: settings, metrics with intervals, paper deviations, length table, per-problem table."""
-    s, m, ci = res["settings"], res["metrics"], res["ci"]
-    out = ["# Evaluation report", "", "## Settings", ""]
-    out += [f"- {key}: `{val}`" for key, val in s.items()]
-    dev = paper_deviations(s)
-    out += ["", "## Comparable with the paper's Table 1 (AIME 2024 avg@32)?", ""]
-    out += [f"- differs: {d}" for d in dev] if dev else ["- yes: every protocol setting matches"]
-    level = round(100 * s["ci_level"])
-    out += ["", "## Metrics", "", f"| metric | value | {level}% bootstrap CI over problems |", "|---|---:|---|"]
-    out += [f"| {k} | {_fmt(v)} | {'[' + _fmt(ci[k][0]) + ', ' + _fmt(ci[k][1]) + ']' if k in ci else ''} |" for k, v in m.items()]
-    out += ["", "## Length and correctness", "", "| response length (tokens) | samples | share | accuracy |", "|---|---:|---:|---:|"]
-    out += [f"| {r['bin']} | {r['samples']} | {_fmt(r['share'])} | {_fmt(r['accuracy'])} |" for r in res["length_table"]]
-    greedy = s["greedy"]
-    out += ["", "## Per problem", "", "| id | accuracy | correct/k | maj | " + ("greedy | " if greedy else "")
-            + "mean length | length correct | length wrong | truncated | verifier reasons |",
-            "|---|---:|---:|---|" + ("---|" if greedy else "") + "---:|---:|---:|---:|---|"]
-    for r in res["per_problem"]:
-        reasons = " ".join(f"{k}:{v}" for k, v in sorted(r["reasons"].items()))
-        out.append(f"| {r['id']} | {_fmt(r['accuracy'])} | {r['n_correct']}/{len(r['correct'])} | {r['maj_correct']} | "
-                   + (f"{r['greedy_correct']} | " if greedy else "")
-                   + f"{_fmt(r['mean_length'])} | {_fmt(r['mean_length_correct'])} | {_fmt(r['mean_length_wrong'])} | "
-                   f"{_fmt(r['truncated_frac'])} | {reasons} |")
-    if "paraphrase" in res:
-        out += paraphrase.markdown(res["paraphrase"])
-    return "\n".join(out) + "\n"
-
-
-def write_report(res: dict, out_dir: str | Path) -> None:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps({**res, "paper_deviations": paper_deviations(res["settings"])}, indent=2) + "\n")
-    (out / "report.md").write_text(render_markdown(res))
-
-
 def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     """evaluate() on --model and --data, then on the paraphrases (--paraphrases), with one engine.
 
@@ -538,9 +457,12 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     model_dir = resolve_model(ecfg.model)
     settings, source = checkpoint_settings(model_dir, ecfg)
     distributed.engine_groups(dist.world, ecfg.vllm_tp)  # a --vllm_tp that does not divide the processes fails here
-    task = Task()
+    spec = ecfg.data or settings.eval_data or "tiny"
+    # the task: --task, else the checkpoint's, else the one that generates --data; the checkpoint's options go with its task
+    name = task_spec(ecfg.task or settings.task, spec)
+    task = load_task(name, ecfg.task_args or (settings.task_args if name == task_spec(settings.task, settings.data) else "{}"))
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
-    data = task.load(resolve_data(ecfg.data), tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
+    data = task.load(spec, tokenizer, settings, held_out=True, limit=ecfg.limit)  # before the model
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
@@ -554,7 +476,8 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
                                                 n_boot=ecfg.n_boot, ci_level=ecfg.ci_level)
     finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
-    res["settings"].update(config_source=source, dataset=data.name, dataset_hash=data.hash, **data.info)
+    res["settings"].update(config_source=source, task=f"{type(task).__module__}:{type(task).__qualname__}",
+                           dataset=data.name, dataset_hash=data.hash, **data.info)
     return res
 
 
@@ -602,7 +525,7 @@ def frontier_main(argv: list[str]) -> dict | None:
             if rep is None:
                 rep = measure(dataclasses.replace(ecfg, model=str(model_dir)), dist, device)
                 if dist.main:
-                    write_report(rep, Path(args.out) / name)
+                    reports.write_report(rep, Path(args.out) / name)
             reports.append(rep)
     finally:
         distributed.close_distributed(dist)
@@ -634,14 +557,14 @@ def main(argv: list[str] | None = None) -> dict | None:
         return None
     for m, v in res["metrics"].items():
         interval = f"  [{res['ci'][m][0]:.3f}, {res['ci'][m][1]:.3f}]" if m in res["ci"] else ""
-        print(f"{m:>23}: {_fmt(v)}{interval}")
+        print(f"{m:>23}: {reports.fmt(v)}{interval}")
     print(json.dumps(res["settings"], indent=2))
-    for d in paper_deviations(res["settings"]):
+    for d in reports.paper_deviations(res["settings"]):
         print(f"differs from the paper's protocol: {d}")
     if "paraphrase" in res:
         print("\n".join(paraphrase.summary_lines(res["paraphrase"])))
     if ecfg.out:
-        write_report(res, ecfg.out)
+        reports.write_report(res, ecfg.out)
         print(f"wrote {ecfg.out}/report.json and report.md")
     return res
 

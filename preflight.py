@@ -44,12 +44,12 @@ import verifier
 from plumbing import cli, distributed, policy
 from evaluation import audit
 from rollout import SamplingParams
-from task import Task, dedupe_by_id
+from task import Task, dedupe_by_id, task_spec
 
 # train.Config fields the pre-flight reads; each is a flag, defaulting to the preset's value.
 SHARED = ("model", "data", "group_size", "max_response_len", "overlong_penalty", "overlong_buffer", "overlong_factor",
           "temperature", "top_p", "verifier", "instruction", "max_prompt_len", "prompt_truncation", "skip_bad_rows", "seed",
-          "tiny_train_size", "engine", "engine_max_batch", "device", "threads", "trust_remote_code")
+          "task", "task_args", "engine", "engine_max_batch", "device", "threads", "trust_remote_code")
 PLAIN_REASONS = ("ok", "wrong")  # every other verifier reason is "unusual" and goes to the top of the sheet
 N_LONGEST = 5  # the longest answers listed on the sheet (after disagreements and unusual answers)
 
@@ -80,6 +80,7 @@ def parse_args(argv: list[str] | None) -> tuple[train.Config, argparse.Namespace
     # train.py's rules on the settings a run would use; the batch layout is the trainer's business (no flag here), so
     # it is checked as one group per mini-batch, which every group size divides
     cli.check_config(dataclasses.replace(cfg, mini_batch_size=cfg.group_size, micro_batch_size=cfg.group_size))
+    train.task_and_config(cfg, None)  # a --task that cannot be built stops here
     return cfg, args
 
 
@@ -261,7 +262,7 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
             or a prompt longer than --max_prompt_len under --prompt_truncation error.
     """
     distributed.seed_everything(cfg.seed, cfg.threads)
-    task = Task()
+    task, cfg = train.task_and_config(cfg, None)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     rows, name, data_hash = task.read(cfg.data, cfg, held_out=False)
     chosen, prompts, too_long = [], [], 0
@@ -287,7 +288,8 @@ def preflight(cfg: train.Config, n: int, show: int, out: str | Path) -> dict:
     samples, gen_s = rollout.timed_generate(engine, prompts, params)  # (P, G) Samples
     texts = [[tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group] for group in samples]
     answers = score_answers(chosen, samples, texts, cfg, task)
-    settings = {"model": cfg.model or "assets/tiny-base", "data": name, "dataset_hash": data_hash, "prompt_set_hash": set_hash(chosen),
+    settings = {"model": cfg.model or "assets/tiny-base", "task": task_spec(cfg.task, cfg.data), "task_args": cfg.task_args,
+                "data": name, "dataset_hash": data_hash, "prompt_set_hash": set_hash(chosen),
                 "prompts": len(chosen), "prompts_too_long_skipped": too_long,
                 "prompt_rule": "the n problems with the smallest sha256 of (id, messages, answer)",
                 "template_hash": task.template_hash(tokenizer, cfg), "group_size": cfg.group_size,

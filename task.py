@@ -1,34 +1,44 @@
-"""The task: problems, their prompts, and the reward. The one file a fork edits (or subclasses) for a new task.
+"""The task: problems, their prompts, and the reward. What a fork subclasses for a new task.
 
 DAPO trains against a rule-based checker: a problem with a known answer, a prompt that asks for a
 final "Answer: N" line, and a verdict of +1 (right) or -1 (wrong) on each response (paper section
-2.3, eq. 7). `Task` holds exactly those three pieces, and everything else in the repository calls
-them through it:
+2.3, eq. 7). `Task` holds exactly those pieces, and everything else in the repository calls them
+through it. A new task replaces four methods:
 
     Task.read(spec, cfg, held_out=...)   the problems of a dataset           (what to solve)
     Task.messages(problem, cfg)          the chat messages of one prompt     (how it is asked)
     Task.score(responses, problem, cfg)  a verdict and reward per response   (the one reward call)
+    Task.check_answer(problem, cfg)      refuse a ground truth `score` cannot judge, at load time
 
-train.py (rollouts, the probe set, held-out evaluation) and eval.py use the same `score`, so a
-number in a training log and a number in an evaluation report come from one rule. To train on
-another task, subclass Task, override these three methods, and pass `train.train(cfg, task=MyTask())`
-(docs/forking.md; tests/test_fork.py does exactly that). The soft overlong punishment is not
-part of the task: it is DAPO's reward shaping (dapo.overlong_penalty) and train.py adds it.
+train.py (rollouts, the probe set, held-out evaluation), eval.py and preflight.py use the same
+`score`, so a number in a training log and a number in an evaluation report come from one rule.
+To train on another task, subclass Task (a dataclass: its fields are the task's options), override
+these methods, and name it on the command line of every entry point:
+
+    python train.py --task mytask:UnitsDigit --task_args '{"digits": 2}' --data units
+    python eval.py --model runs/units            # the run's task, from its config
+    python preflight.py --task mytask:UnitsDigit --data units
+
+(`load_task`; docs/forking.md; tests/test_fork.py runs exactly that). tasks/tiny.py is the
+repository's own example: the default run's task. The soft overlong punishment is not part of the
+task: it is DAPO's reward shaping (dapo.overlong_penalty) and train.py adds it.
 
 `cfg` is any object with the fields a method reads (train.Config has them all; eval.py builds its
-own from the checkpoint): instruction, max_prompt_len, prompt_truncation, verifier, skip_bad_rows,
-seed, tiny_train_size, tiny_heldout_size, tiny_heldout_seed.
+own from the checkpoint): instruction, max_prompt_len, prompt_truncation, verifier, skip_bad_rows, seed.
 
-The data formats read by the default task: "tiny" (tasks/tiny.py, the built-in toy task); a .parquet in
-the official DAPO layout (`prompt` a list of chat messages, `reward_model.ground_truth`,
-`extra_info.index`), as in DAPO-Math-17k and the official AIME 2024 file; a .jsonl with
-`problem`/`answer` (a bare problem, wrapped in the official instruction) or `prompt`/`answer` (a
-full prompt, used as it is), and an optional `id`.
+The data formats read by this default task (DAPO math): a .parquet in the official DAPO layout
+(`prompt` a list of chat messages, `reward_model.ground_truth`, `extra_info.index`), as in
+DAPO-Math-17k and the official AIME 2024 file; a .jsonl with `problem`/`answer` (a bare problem,
+wrapped in the official instruction) or `prompt`/`answer` (a full prompt, used as it is), and an
+optional `id`. Tasks that generate their own problems register a data name in BUILTIN_TASKS
+("tiny": tasks/tiny.py), so `--data tiny` alone selects its task.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import importlib
 import json
 import sys
 from collections import Counter
@@ -39,7 +49,10 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import verifier
-from tasks import tiny
+
+# Data names that a task generates itself, and that task (module:Class); any other --data is read by Task.
+BUILTIN_TASKS = {"tiny": "tasks.tiny:TinyTask"}
+DEFAULT_TASK = "task:Task"  # DAPO's math task: a parquet or JSONL of problems with integer answers
 
 # The official DAPO instruction around a bare problem: the user prompt of every row of DAPO-Math-17k
 # and of the official AIME 2024 evaluation file (tests/fixtures/aime2024_dapo_eval.parquet holds it verbatim).
@@ -117,30 +130,27 @@ class PromptStream:
 class Task:
     """DAPO's math task: integer answers, the official instruction, the verifier's answer rule."""
 
-    # --- the three pieces a new task replaces -------------------------------------------------------
+    # --- the four pieces a new task replaces -------------------------------------------------------
 
     def read(self, spec: str, cfg, *, held_out: bool, limit: int = 0) -> tuple[list[Problem], str, str]:
         """The problems of a dataset: (problems, name, content hash), every row validated up front.
 
-        spec: "tiny" (tasks/tiny.py), a .parquet in the official DAPO layout, or a .jsonl (module docstring).
-        held_out: the evaluation side ("tiny": the fixed held-out split, at least `limit` problems).
+        spec: a .parquet in the official DAPO layout, or a .jsonl (module docstring).
+        held_out: the evaluation side (a task that generates its problems returns its held-out
+            split, at least `limit` problems; a file is read the same way for both sides).
 
         Raises:
             FileNotFoundError: no such file.
             ValueError: an unknown format, bad rows (file, row and field named; --skip_bad_rows
                 true drops them instead), or no usable row.
         """
-        if spec == "tiny":
-            n = max(limit, cfg.tiny_heldout_size) if held_out else cfg.tiny_train_size
-            rows = tiny.make_split(n, held_out=held_out, seed=cfg.tiny_heldout_seed if held_out else cfg.seed)
-            # The tiny task's problems carry their own format (tasks/tiny.py): no instruction is added.
-            probs = [Problem(r["id"], [{"role": "user", "content": r["problem"]}], r["answer"], bare=False) for r in rows]
-            return probs, f"tiny:{tiny.TASK_VERSION}:{'test' if held_out else 'train'}", hashlib.sha256(
-                json.dumps([[p.id, p.messages, p.answer] for p in probs]).encode()).hexdigest()[:16]
         path = Path(spec)
+        if spec in BUILTIN_TASKS and not path.is_file():
+            raise ValueError(f"data {spec!r} is generated by the task {BUILTIN_TASKS[spec]}, not by {type(self).__name__}: "
+                             "drop --task (or pass that one), or pass --data/--eval_data a .parquet or .jsonl path")
         if not path.is_file():
             raise FileNotFoundError(f"dataset {spec!r} does not exist: pass --data/--eval_data a .parquet or .jsonl path, "
-                                    "or 'tiny'")
+                                    f"or one of the generated tasks {sorted(BUILTIN_TASKS)}")
         if path.suffix == ".parquet":
             problems, bad = _read_parquet(path)
         elif path.suffix == ".jsonl":
@@ -235,6 +245,53 @@ class Task:
     def template_hash(self, tokenizer, cfg) -> str:
         """Hash of everything that turns a problem into prompt text (recorded with every rollout)."""
         return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}".encode()).hexdigest()[:16]
+
+
+def task_spec(task: str, data: str) -> str:
+    """The task a run uses, as module:Class: --task when given, else the task that generates --data
+    (BUILTIN_TASKS, e.g. "tiny"), else DEFAULT_TASK (DAPO math read from a file)."""
+    return task or BUILTIN_TASKS.get(data, DEFAULT_TASK)
+
+
+def load_task(spec: str, args: str | dict = "{}") -> Task:
+    """The task named by `spec` ("module:Class"), built with the options `args` (a JSON object, or a dict).
+
+    The module is imported by name, so it must be importable from the repository root (where the
+    entry points run) or from PYTHONPATH; generator processes import it again by that name.
+
+    Raises:
+        ValueError: a spec without ':', no such module or class, a class that is not a subclass of
+            Task, `args` that is not a JSON object or names an option the class does not have.
+            Each message names the input and the fix.
+    """
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise ValueError(f"--task {spec!r}: write it as module:Class, e.g. tasks.tiny:TinyTask (a task.Task subclass "
+                         "in a module importable from the repository root or PYTHONPATH)")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module and not module.startswith(f"{e.name}."):
+            raise  # the task's module exists but imports something missing: its own traceback says what
+        raise ValueError(f"--task {spec!r}: no module {module!r} importable from here (the repository root or "
+                         "PYTHONPATH); put the file there or add its folder to PYTHONPATH") from None
+    cls = getattr(mod, name, None)
+    if cls is None:
+        raise ValueError(f"--task {spec!r}: module {module!r} defines no {name!r}; name a task.Task subclass defined there")
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ValueError(f"--task {spec!r}: {name} is not a subclass of task.Task; subclass it and override read, "
+                         "messages, score and check_answer (docs/forking.md)")
+    try:
+        kwargs = json.loads(args) if isinstance(args, str) else dict(args)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--task_args {args!r}: not JSON ({e.msg}); pass an object such as '{{\"train_size\": 100}}'") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--task_args {args!r}: expected a JSON object of {name}'s options, e.g. '{{}}'")
+    options = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else []
+    unknown = sorted(set(kwargs) - set(options))
+    if unknown:
+        raise ValueError(f"--task_args: {name} has no option {unknown[0]!r}; its options are {options or 'none'}")
+    return cls(**kwargs)
 
 
 def _read_parquet(path: Path) -> tuple[list[Problem], list[str]]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import math
 import sys
 import time
@@ -43,7 +44,7 @@ import eval as ev  # measuring a model (`ev`, not `eval`: the name would shadow 
 import rollout
 import verifier
 from rollout import Sample, SamplingParams
-from task import Dataset, Problem, PromptStream, Task
+from task import Dataset, Problem, PromptStream, Task, load_task, task_spec
 
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
 from plumbing import cli, distributed, forward, generator, policy, runlog
@@ -60,53 +61,14 @@ PROBE_ROUND = -1  # the probe set is sampled with the request seed of "round -1"
 class Config:
     """Every hyper-parameter of a run. Paper symbols in brackets; units in the help text."""
 
-    # run
-    run_dir: str = F("runs/default", "output directory (config, metrics.jsonl, rollouts.jsonl, final/)")
-    run_id: str = F("", "run id recorded with every rollout; empty = derived from time and seed")
-    seed: int = F(0, "one seed for python, numpy, torch, data order and every sampling request")
-    steps: int = F(100, "rollout steps (each: generate, filter, then several optimizer steps)")
-    max_seconds: float = F(0.0, "wall-clock budget in seconds: after the step that crosses it the run ends as if it were "
-                           "the last step (checkpoint, held-out evaluation, final/); 0 = no budget")
-    max_samples: int = F(0, "budget of generated samples (responses), the same way: 0 = no budget")
-    device: str = F("auto", "auto | cpu | cuda")
-    threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
-    # model and data
-    model: str = F("", "HF model directory; empty = the tiny base policy shipped in assets/tiny-base")
-    trust_remote_code: bool = F(False, "allow model code from the model directory (off: safe loading)")
-    data: str = F("tiny", "training data: 'tiny' (built-in task), a DAPO parquet, or JSONL with problem/answer")
-    eval_data: str = F("tiny", "held-out data evaluated before and after training ('' = none)")
-    eval_limit: int = F(256, "held-out problems evaluated (0 = all)")
-    eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
-    eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
-    eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
-    heldout_seed_offset: int = F(12345, "held-out evaluation samples with seed + this (a seed no training request uses)")
-    instruction: str = F("dapo", "how bare problems become prompts: 'dapo' (official instruction) or 'none'; "
-                         "prompts that already hold it, and the tiny task, are used as they are")
-    max_prompt_len: int = F(2048, "prompt token budget in tokens (paper 2048)")
-    prompt_truncation: str = F("error", "a prompt over max_prompt_len: 'error' (before training starts), 'left' "
-                               "(cut from the left, as the official scripts), 'skip' (drop the row, counted)")
-    skip_bad_rows: bool = F(False, "drop malformed dataset rows (counted in the log) instead of stopping")
-    tiny_train_size: int = F(20000, "--data tiny: training problems generated (tasks/tiny.py)")
-    tiny_heldout_size: int = F(256, "--eval_data tiny: held-out problems generated (at least --eval_limit)")
-    tiny_heldout_seed: int = F(0, "--eval_data tiny: seed of the held-out problems, fixed so every run evaluates the same")
-    # sampling
-    group_size: int = F(8, "[G] responses per prompt (paper 16)")
-    prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512 groups = 8192 responses)")
-    gen_prompts_per_round: int = F(24, "prompts generated per dynamic-sampling round (paper 1536)")
-    max_gen_rounds: int = F(4, "generation rounds per step before `on_exhausted` applies (paper 10)")
-    on_exhausted: str = F("partial", "when rounds run out: 'error' (official), 'partial' (train on what was kept), "
-                          "'skip' (train on nothing this step)")
-    max_response_len: int = F(48, "[L_max] response token budget, EOS included (paper 20480)")
-    temperature: float = F(1.0, "training sampling temperature (paper 1.0)")
-    top_p: float = F(1.0, "training nucleus top_p (paper 1.0)")
     # DAPO switches (each off = GRPO)
     eps_low: float = F(0.2, "[eps_low] lower clip range (paper 0.2)")
     eps_high: float = F(0.28, "[eps_high] upper clip range; = eps_low turns Clip-Higher off (paper 0.28)")
     dual_clip: float = F(0.0, "[c] dual-clip cap for negative advantages; 0 = off (official scripts 10)")
     dynamic_sampling: bool = F(True, "keep only groups with 0 < correct < G (Dynamic Sampling)")
     loss_agg: str = F("token-mean", f"loss aggregation, one of {dapo.LOSS_AGG_MODES}; GRPO: seq-mean-token-mean")
-    overlong_filter: bool = F(False, "mask the loss of truncated responses (paper 3.4; on in Table 1 rows 2-6, off here: "
-                              "the soft punishment alone)")
+    overlong_filter: bool = F(False, "mask the loss of truncated responses (paper 3.4; on in Table 1 rows 2-6, off "
+                                     "here: the soft punishment alone)")
     overlong_penalty: bool = F(True, "add the soft overlong punishment to the reward (paper eq. 13)")
     overlong_buffer: int = F(8, "[L_cache] soft punishment buffer in tokens (paper 4096)")
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
@@ -114,64 +76,118 @@ class Config:
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
     surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after DAPO: cispo "
                        "(MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); docs/algorithm.md \"After DAPO\"")
-    cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] (ScaleRL 0)")
-    cispo_high: float = F(5.0, "[1 + eps_IS_high] --surrogate cispo: highest importance weight, absolute, >= 1 (ScaleRL 5)")
+    cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] "
+                              "(ScaleRL 0)")
+    cispo_high: float = F(5.0, "[1 + eps_IS_high] --surrogate cispo: highest importance weight, absolute, >= 1 "
+                               "(ScaleRL 5)")
     gspo_eps_low: float = F(3e-4, "[eps_low] --surrogate gspo: band 1 - this for the sequence ratio s_i (paper 3e-4)")
-    gspo_eps_high: float = F(4e-4, "[eps_high] --surrogate gspo: band 1 + this for the sequence ratio s_i (paper 4e-4)")
+    gspo_eps_high: float = F(4e-4, "[eps_high] --surrogate gspo: band 1 + this for the sequence ratio s_i (paper "
+                                   "4e-4)")
+    # run
+    run_dir: str = F("runs/default", "output directory (config, metrics.jsonl, rollouts.jsonl, final/)")
+    run_id: str = F("", "run id recorded with every rollout; empty = derived from time and seed")
+    seed: int = F(0, "one seed for python, numpy, torch, data order and every sampling request")
+    steps: int = F(100, "rollout steps (each: generate, filter, then several optimizer steps)")
+    max_seconds: float = F(0.0, "wall-clock budget in seconds: after the step that crosses it the run ends as if it "
+                                "were the last step (checkpoint, held-out evaluation, final/); 0 = no budget")
+    max_samples: int = F(0, "budget of generated samples (responses), the same way: 0 = no budget")
+    device: str = F("auto", "auto | cpu | cuda")
+    threads: int = F(0, "torch CPU threads; 0 = $OMP_NUM_THREADS or 1")
+    # model and data
+    model: str = F("", "HF model directory; empty = the tiny base policy shipped in assets/tiny-base")
+    trust_remote_code: bool = F(False, "allow model code from the model directory (off: safe loading)")
+    task: str = F("", "the task, module:Class (a task.Task subclass importable from the repository root or "
+                      "PYTHONPATH); '' = the task that generates --data (tiny: tasks.tiny:TinyTask), else task:Task "
+                      "(DAPO math)")
+    task_args: str = F("{}", 'the task\'s options, a JSON object of its fields, e.g. \'{"train_size": 2000}\' for the '
+                             "tiny task")
+    data: str = F("tiny", "training data: a name the task generates ('tiny'), a DAPO parquet, or JSONL with "
+                          "problem/answer")
+    eval_data: str = F("tiny", "held-out data evaluated before and after training ('' = none)")
+    eval_limit: int = F(256, "held-out problems evaluated (0 = all)")
+    eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
+    eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
+    eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
+    heldout_seed_offset: int = F(12345, "held-out evaluation samples with seed + this (a seed no training request "
+                                        "uses)")
+    instruction: str = F("dapo", "how bare problems become prompts: 'dapo' (official instruction) or 'none'; prompts "
+                                 "that already hold it, and the tiny task, are used as they are")
+    max_prompt_len: int = F(2048, "prompt token budget in tokens (paper 2048)")
+    prompt_truncation: str = F("error", "a prompt over max_prompt_len: 'error' (before training starts), 'left' (cut "
+                                        "from the left, as the official scripts), 'skip' (drop the row, counted)")
+    skip_bad_rows: bool = F(False, "drop malformed dataset rows (counted in the log) instead of stopping")
+    # sampling
+    group_size: int = F(8, "[G] responses per prompt (paper 16)")
+    prompts_per_step: int = F(16, "groups trained on per rollout step (paper 512 groups = 8192 responses)")
+    gen_prompts_per_round: int = F(24, "prompts generated per dynamic-sampling round (paper 1536)")
+    max_gen_rounds: int = F(4, "generation rounds per step before `on_exhausted` applies (paper 10)")
+    on_exhausted: str = F("partial", "when rounds run out: 'error' (official), 'partial' (train on what was kept), "
+                                     "'skip' (train on nothing this step)")
+    max_response_len: int = F(48, "[L_max] response token budget, EOS included (paper 20480)")
+    temperature: float = F(1.0, "training sampling temperature (paper 1.0)")
+    top_p: float = F(1.0, "training nucleus top_p (paper 1.0)")
     # off-policy correction (docs/async.md): naive = the paper's loss
     offpolicy_objective: str = F("naive", f"one of {dapo.OFFPOLICY_OBJECTIVES}: naive (old = the learner's recomputed log-probs, "
                                  "the official loss), bypass (old = the sampler's), decoupled (clip around the learner's, each "
                                  "token weighted by min(pi_old / pi_sampler, C): truncated importance sampling at no lag)")
     offpolicy_cap: float = F(2.0, "[C] the decoupled objective's weight cap (Yao et al. 2025 and verl's examples: 2)")
-    offpolicy_weight_mode: str = F("cap", "decoupled, a weight above C: 'cap' (truncated to C) or 'mask' (token dropped)")
-    max_policy_lag: int = F(0, "[eta] generate in a process of its own, at most this many policy versions behind the learner "
-                            "(admission control: no batch is started that would be older when used); 0 = inline (official)")
-    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the processes then "
-                                "reproduce the inline loop; for testing the pipeline)")
+    offpolicy_weight_mode: str = F("cap", "decoupled, a weight above C: 'cap' (truncated to C) or 'mask' (token "
+                                          "dropped)")
+    max_policy_lag: int = F(0, "[eta] generate in a process of its own, at most this many policy versions behind the "
+                               "learner (admission control: no batch is started that would be older when used); 0 = "
+                               "inline (official)")
+    generator_process: bool = F(False, "generate in a process of its own also at --max_policy_lag 0 (the processes "
+                                       "then reproduce the inline loop; for testing the pipeline)")
     generator_workers: int = F(1, "[K] generator processes; worker c % K samples shard c (docs/async.md, the pool)")
-    generator_weights: str = F("broadcast", "weights to the workers: broadcast (torch.distributed, gloo/nccl) or shared_memory")
-    generator_timeout_s: float = F(60.0, "a generator worker silent this long, or a weight transfer this slow, stops the run (s)")
+    generator_weights: str = F("broadcast", "weights to the workers: broadcast (torch.distributed, gloo/nccl) or "
+                                            "shared_memory")
+    generator_timeout_s: float = F(60.0, "a generator worker silent this long, or a weight transfer this slow, stops "
+                                         "the run (s)")
     # optimisation
     lr: float = F(2e-4, "AdamW learning rate after warm-up (paper 1e-6)")
     warmup_steps: int = F(0, "linear warm-up, in rollout steps (paper 20, scripts 10)")
     weight_decay: float = F(0.0, "AdamW weight decay (scripts 0.1)")
     grad_clip: float = F(1.0, "gradient-norm clip (scripts 1.0)")
-    mini_batch_size: int = F(64, "responses per optimizer step (paper 512 of 8192: 16 optimizer steps per rollout step; "
-                             "here 64 of 128: 2)")
+    mini_batch_size: int = F(64, "responses per optimizer step (paper 512 of 8192: 16 optimizer steps per rollout "
+                                 "step; here 64 of 128: 2)")
     micro_batch_size: int = F(64, "responses per forward/backward pass (memory knob; does not change the math)")
-    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count, counted as real tokens "
-                                "(prompt + response) when packed, or (longest prompt + longest response) x responses "
-                                "when padded")
-    logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine (memory: chunk x vocabulary x 4 B)")
-    pack_micro_batches: bool = F(False, "one row of unpadded sequences per micro-batch instead of padded rows (no shared prompt "
-                                 "pass); slower on CPU, where sdpa scores the whole row (bench/bench_packing.py); meant for "
-                                 "flash-attn on GPU")
-    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and reuse its KV "
-                                   "cache for the G responses (same math, about half the trainer's work on short answers)")
-    engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, "
-                    "weights synced after every step), auto (vllm if importable, else hf)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
-                              "a seeded stream of its own, so samples do not change beyond float rounding)")
-    sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, bypass/decoupled); with --engine hf "
-                               "this holds every step's logits during generation: turn off for long answers")
+    micro_batch_tokens: int = F(0, "if > 0, micro-batches by a token budget instead of a count, counted as real "
+                                   "tokens (prompt + response) when packed, or (longest prompt + longest response) x "
+                                   "responses when padded")
+    logprob_chunk: int = F(1024, "response positions per chunk of the log-prob/entropy routine (memory: chunk x "
+                                 "vocabulary x 4 B)")
+    pack_micro_batches: bool = F(False, "one row of unpadded sequences per micro-batch instead of padded rows (no "
+                                        "shared prompt pass); slower on CPU, where sdpa scores the whole row "
+                                        "(bench/bench_packing.py); meant for flash-attn on GPU")
+    share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and "
+                                         "reuse its KV cache for the G responses (same math, about half the "
+                                         "trainer's work on short answers)")
+    engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, weights "
+                          "synced after every step), auto (vllm if importable, else hf)")
+    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws "
+                                   "from a seeded stream of its own, so samples do not change beyond float rounding)")
+    sampler_logprobs: bool = F(True, "keep the sampler's log-probs (sampler/* metrics, bypass/decoupled); with "
+                                     "--engine hf this holds every step's logits during generation: turn off for "
+                                     "long answers")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
-    vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run one "
-                     "engine together (N must divide the number of processes) and generation work is split across "
-                     "these groups, not ranks")
-    vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed probe differ after "
-                              "a weight sync by more (mean over its tokens) than 4x their gap on identical weights and this "
-                              "floor; 0 = 1e-4 (fp32 engine) / 0.05 (bf16); < 0 = record only")
+    vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run "
+                        "one engine together (N must divide the number of processes) and generation work is split "
+                        "across these groups, not ranks")
+    vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed "
+                                   "probe differ after a weight sync by more (mean over its tokens) than 4x their gap "
+                                   "on identical weights and this floor; 0 = 1e-4 (fp32 engine) / 0.05 (bf16); < 0 = "
+                                   "record only")
     # scale-out (torchrun)
-    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on engine group "
-                        "c % groups (groups = processes / vllm_tp, or --generator_workers). 0 = one per group. Equal values give "
-                        "equal rollouts on any number of ranks: `python train.py --gen_shards N` reproduces "
-                        "`torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
+    gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
+                           "engine group c % groups (groups = processes / vllm_tp, or --generator_workers). 0 = one "
+                           "per group. Equal values give equal rollouts on any number of ranks: `python train.py "
+                           "--gen_shards N` reproduces `torchrun --nproc_per_node=N train.py`, also with --vllm_tp")
     bf16: bool = F(True, "on GPU: bf16 compute with fp32 master weights (FSDP2 MixedPrecisionPolicy); CPU stays fp32")
     activation_checkpointing: bool = F(False, "recompute activations in backward (saves memory, costs ~30% time)")
     cpu_offload: bool = F(False, "FSDP2: keep sharded parameters and optimizer state in CPU memory")
     # bounded staleness
     max_rollout_age: int = F(0, "surplus kept groups may be trained on up to this many steps later (0 = official: "
-                             "surplus is thrown away)")
+                                "surplus is thrown away)")
     # logging, probes, checkpoints
     log_every: int = F(1, "update the progress bar every N steps (metrics.jsonl gets every step)")
     probe_every: int = F(10, "every N steps (and at step 0) sample the fixed probe set; 0 = off")
@@ -247,7 +263,8 @@ def parse_config(argv: list[str] | None = None) -> Config:
     values.update({k: v for k, v in args.items() if v is not None})
     cfg = Config(**values)
     cli.check_config(cfg)
-    return cfg
+    task_and_config(cfg, None)  # a --task or --task_args that cannot build the task stops here, before any work
+    return dataclasses.replace(cfg, task_args=json.dumps(json.loads(cfg.task_args), sort_keys=True))  # one spelling
 
 
 # --- DAPO: one rollout step -------------------------------------------------------------------------
@@ -482,9 +499,6 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
 
     # 6. One optimizer step per mini-batch.
     t0 = clock()
-    params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),  # surrogate's args
-              "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
-              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
     keys = ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean") + (
         ("seq_clipfrac_low", "seq_clipfrac_high") if cfg.surrogate == "gspo" else ())  # GSPO's per-response fractions
     sums = dict.fromkeys(("loss", *keys), 0.0)
@@ -495,21 +509,18 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
         for micro, real_pass in forward.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
             inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
             logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
-            mask = inputs.mask  # (b, T) loss mask
-            n_loss = float(mask.sum())  # loss tokens of this pass
             first = m == trained[0] and real_pass  # no optimizer step yet: old = this pass, detached
             old_logp = old.first_pass(micro, logp, ent, inputs.real) if first else old.rows(micro, logp)  # (b, T)
             adv = batch.advantages[micro].to(device)  # (b,)
-            behav = old.sampler_rows(micro, old_logp) if cfg.offpolicy_objective != "naive" else None  # (b, T) mu
-            # defaults (objective "naive", surrogate "clip"): exactly dapo.policy_loss(logp, old_logp, adv, mask, **params)
-            loss_tok, st = dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective,
-                                               cap=cfg.offpolicy_cap, weight_mode=cfg.offpolicy_weight_mode,
-                                               surrogate=cfg.surrogate, **params)
-            old.count_weights(st, n_loss * real_pass)  # the behaviour weight's diagnostics, over loss tokens
-            loss = dapo.aggregate_loss(loss_tok, mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
+            # --- DAPO: the clipped per-token loss (Clip-Higher, eq. 10), then the token-level mean (eq. 8)
+            loss_tok, st = token_loss(logp, old_logp, adv, inputs.mask, old, micro, cfg)  # (b, T)
+            loss = dapo.aggregate_loss(loss_tok, inputs.mask, cfg.loss_agg, max_len=cfg.max_response_len, **counts,
                                        **{k: v[[row_of[i] for i in micro]].to(device) for k, v in per_row.items()})
             # The loss is already the global mean; FSDP averages gradients over ranks, so undo that.
             (loss * real_pass * dist.world).backward()
+            # --- plumbing: the step's statistics, each weighted by this pass's share of the mini-batch
+            n_loss = float(inputs.mask.sum())  # loss tokens of this pass
+            old.count_weights(st, n_loss * real_pass)  # the behaviour weight's diagnostics, over loss tokens
             share = real_pass * n_loss / counts["num_tokens"]  # this pass's share of the tokens
             sums["loss"] += real_pass * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
@@ -524,6 +535,24 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     return stats
 
 
+def token_loss(logp, old_logp, adv, mask, old: forward.OldLogprobs, micro: list[int], cfg: Config) -> tuple:
+    """The per-token policy loss of a micro-batch and its statistics (each tensor (b, T)).
+
+    By default DAPO's clipped objective with Clip-Higher, dapo.policy_loss (paper eq. 10); --surrogate
+    picks a successor (dapo.cispo_loss, dapo.gspo_loss). With generation beside the learner,
+    --offpolicy_objective wraps it in dapo.offpolicy_loss, whose "naive" objective is this same call.
+    """
+    params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),
+              "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
+              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
+    if cfg.offpolicy_objective == "naive":  # the paper's loss: old = the learner's recomputed log-probs
+        surrogate = {"clip": dapo.policy_loss, "cispo": dapo.cispo_loss, "gspo": dapo.gspo_loss}[cfg.surrogate]
+        return surrogate(logp, old_logp.detach(), adv, mask, **params)
+    behav = old.sampler_rows(micro, old_logp)  # (b, T) log mu, the sampler's
+    return dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective, cap=cfg.offpolicy_cap,
+                               weight_mode=cfg.offpolicy_weight_mode, surrogate=cfg.surrogate, **params)
+
+
 def step_denominators(batch: Batch, mb: list[int], dist: Dist) -> tuple[dict, dict]:
     """dapo.loss_denominators of a mini-batch: counts summed over all ranks, per-row counts of this rank's rows."""
     tokens = batch.mask_rows[mb] * torch.tensor([len(batch.response_ids[i]) for i in mb], dtype=torch.float32)  # (m,)
@@ -535,8 +564,12 @@ def step_denominators(batch: Batch, mb: list[int], dist: Dist) -> tuple[dict, di
 
 
 def train(cfg: Config, task: Task | None = None) -> dict:
-    """Run DAPO end to end; returns the summary (also written to RUN_DIR/summary.json)."""
-    task = task or Task()
+    """Run DAPO end to end; returns the summary (also written to RUN_DIR/summary.json).
+
+    task: the task to train on; None = the config's (--task, --task_args). A task given here is
+    recorded in the run's config as module:Class with its options, so eval.py and a resume find it.
+    """
+    task, cfg = task_and_config(cfg, task)
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
     dist, device = distributed.init_distributed(cfg.device, one_rank_mesh=True)  # one GPU: FSDP2 over a 1-rank mesh
     distributed.seed_everything(cfg.seed, cfg.threads, offload=cfg.cpu_offload)
@@ -557,7 +590,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         run.state["heldout_before"] = ev.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
-    source = generator.make_source(cfg, task, model, engine, tokenizer, data, dist, run.start, resumed, collect_groups, Group)
+    source = generator.make_source(cfg, task, model, engine, data, dist, run.start, resumed, collect_groups, Group)
     with run, source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
@@ -566,7 +599,10 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                                                         step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
-            rollouts = source.next(step)  # collect_groups, inline or in the generator process
+            if source.inline:  # the official loop: the learner samples with the weights it has just trained
+                rollouts = collect_groups(step, engine, source.stream, data, cfg, dist, tokenizer, task, source.buffer)
+            else:  # generator processes beside the learner ran the same collect_groups (docs/async.md)
+                rollouts = source.next(step)
             engine.sleep()  # colocated vLLM on GPU: free its memory for the update (no-op otherwise)
             stats |= rollouts.stats | runlog.rollout_metrics(rollouts.generated, rollouts.kept, step, cfg)
             # --- DAPO 4: group advantages; overlong filtering of the loss mask
@@ -587,6 +623,15 @@ def train(cfg: Config, task: Task | None = None) -> dict:
 
 
 # --- plumbing of the loop: setup, evaluation calls, the run's bookkeeping (skip on first reading) -----
+
+
+def task_and_config(cfg: Config, task: Task | None) -> tuple[Task, Config]:
+    """(the task, the config that names it): the config's task (task.load_task), or `task` recorded in the config."""
+    if task is None:
+        return load_task(task_spec(cfg.task, cfg.data), cfg.task_args), cfg
+    options = dataclasses.asdict(task) if dataclasses.is_dataclass(task) else {}
+    return task, dataclasses.replace(cfg, task=f"{type(task).__module__}:{type(task).__qualname__}",
+                                     task_args=json.dumps(options, sort_keys=True))
 
 
 def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | None]:

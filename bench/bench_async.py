@@ -187,19 +187,21 @@ def base_pass_rates(prompt_ids: set[str], seed: int = 11) -> dict[str, float]:
     import torch
 
     import eval as ev
-    from plumbing import policy
     import train
+    from plumbing import policy
     from rollout import HFEngine, SamplingParams
-    from task import Dataset, Task
+    from task import Dataset
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     cfg = train.Config()
     model, tok = policy.load_policy("", torch.device("cpu"))
-    data = Task().load("tiny", tok, cfg, held_out=False)
+    task = TinyTask()
+    data = task.load("tiny", tok, cfg, held_out=False)
     idx = [i for i, p in enumerate(data.problems) if p.id in prompt_ids]
     sub = Dataset([data.problems[i] for i in idx], [data.prompt_ids[i] for i in idx], data.name, data.hash)
     params = SamplingParams(n=4, max_new_tokens=cfg.max_response_len, temperature=1.0, top_p=1.0, seed=seed)
-    res = ev.evaluate(HFEngine(model, tok, return_logprobs=False), tok, sub, params, cfg, Task(), n_boot=1)
+    res = ev.evaluate(HFEngine(model, tok, return_logprobs=False), tok, sub, params, cfg, task, n_boot=1)
     return {r["id"]: r["accuracy"] for r in res["per_problem"]}
 
 

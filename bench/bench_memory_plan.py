@@ -49,7 +49,7 @@ RANDOM_SHAPE = dict(vocab_size=32768, hidden_size=1024, intermediate_size=4096, 
                     num_key_value_heads=4, tie_word_embeddings=True, max_position_embeddings=512)
 JOB_FLAGS = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
              "--gen_prompts_per_round", "4", "--mini_batch_size", "16", "--micro_batch_size", "16", "--max_response_len", "16",
-             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--tiny_train_size", "2000"]
+             "--overlong_buffer", "4", "--dynamic_sampling", "false", "--lr", "1e-5", "--task_args", '{"train_size": 2000}']
 # The forward layouts (forward.logprobs), by train.py's flags: the default, and the two others.
 LAYOUTS = {"shared": [], "padded": ["--share_prompt_forward", "false"], "packed": ["--pack_micro_batches", "true"]}
 

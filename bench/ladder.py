@@ -168,9 +168,10 @@ LADDER_FLAGS = ("steps", "max_response_len", "overlong_buffer", "gen_prompts_per
 
 
 def code_files() -> list[Path]:
-    """What decides what a run computes: the repository's top-level modules and the tiny base policy."""
+    """What decides what a run computes: the repository's modules (the root and its code folders) and the tiny base policy."""
     assets = REPO / "assets" / "tiny-base"
-    return sorted(REPO.glob("*.py")) + (sorted(f for f in assets.iterdir() if f.is_file()) if assets.is_dir() else [])
+    modules = sorted(REPO.glob("*.py")) + sorted(p for d in ("plumbing", "evaluation", "tasks") for p in (REPO / d).glob("*.py"))
+    return modules + (sorted(f for f in assets.iterdir() if f.is_file()) if assets.is_dir() else [])
 
 
 def snapshot_code(out: Path) -> tuple[Path, str]:

@@ -8,7 +8,7 @@ real numbers, next to what plain GRPO would have done with the same numbers.
 Nothing in WALKTHROUGH.md is typed by hand: every number comes from running the repository's own
 functions on the default model (assets/tiny-base) and the default task (tasks/tiny.py):
 
-    policy.load_policy, task.Task.read, build_prompt    the policy and one prompt
+    policy.load_policy, TinyTask.read, build_prompt     the policy and one prompt
     rollout.HFEngine.generate                              G answers, seeded
     train.score_group -> task.Task.score (verifier.py), dapo.overlong_penalty   verdicts and rewards
     dapo.dynamic_sampling_keep, dapo.group_advantages, dapo.overlong_filter
@@ -70,13 +70,10 @@ def build(out_lines: list[str]) -> None:
     import torch
 
     import dapo
-    from plumbing import cli
-    from plumbing import forward
-    from plumbing import distributed
-    from plumbing import policy
     import train
+    from plumbing import cli, distributed, forward, policy
     from rollout import HFEngine, SamplingParams
-    from task import Task
+    from tasks.tiny import TinyTask
 
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -89,7 +86,7 @@ def build(out_lines: list[str]) -> None:
                        device="cpu", threads=1)
     cli.check_config(cfg)
     model, tok = policy.load_policy("", device)
-    task = Task()
+    task = TinyTask()
     problems, data_name, _ = task.read("tiny", cfg, held_out=False)
     engine = HFEngine(model, tok)
     expected = MAX_RESPONSE_LEN - OVERLONG_BUFFER

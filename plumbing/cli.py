@@ -129,7 +129,6 @@ def _config_rules(c, world: int, engine: str):
           "than 2 answers has: use --group_size >= 2 (paper 16)")
     yield (c.group_size < 2, f"--group_size {c.group_size}: a group of fewer than 2 answers has no relative advantage "
           "(and no std): use --group_size >= 2 (paper 16)")
-    yield (c.tiny_train_size < 1, f"--tiny_train_size must be >= 1 problem (the --data tiny training set), got {c.tiny_train_size}")
     yield (c.prompts_per_step < 1, f"--prompts_per_step must be >= 1, got {c.prompts_per_step}")
     yield (c.mini_batch_size < 1, f"--mini_batch_size must be >= 1, got {c.mini_batch_size}")
     yield (c.micro_batch_size < 1, f"--micro_batch_size must be >= 1, got {c.micro_batch_size}")

@@ -138,33 +138,32 @@ def _to_shared_bytes(obj) -> torch.Tensor:
     return t
 
 
-def make_source(cfg, task, model, engine, tokenizer, data, dist, start: int, resumed: dict | None, collect, group_cls):
-    """Where each step's groups come from: the learner itself (InlineSource), or a pool of generator
-    processes beside it (AsyncGenerator, --max_policy_lag / --generator_process). Resumes the data
-    position (and the staleness buffer) of a checkpoint. collect: train.collect_groups; group_cls: train.Group."""
+def make_source(cfg, task, model, engine, data, dist, start: int, resumed: dict | None, collect, group_cls):
+    """Where each step's groups come from: the learner itself (InlineSource: train.py's loop calls
+    train.collect_groups with its stream and buffer), or a pool of generator processes beside it
+    (AsyncGenerator, --max_policy_lag / --generator_process, whose workers call `collect`). Resumes the
+    data position (and the staleness buffer) of a checkpoint. group_cls: train.Group."""
     position = resumed["stream_position"] if resumed else 0
     if cfg.max_policy_lag > 0 or cfg.generator_process:
         return AsyncGenerator(cfg, task, model, engine, dist, data, collect, start=start, stream_position=position,
                               probe_ids=data.prompt_ids[0] + data.prompt_ids[1 % len(data)])
-    source = InlineSource(cfg, task, engine, tokenizer, data, dist, collect)
+    source = InlineSource(cfg, engine, data, dist)
     source.stream.position = position
     source.buffer = [group_cls.from_json(d) for d in resumed["buffer"]] if resumed else []
     return source
 
 
 class InlineSource:
-    """The official loop: the learner generates each step's groups itself (train.collect_groups),
-    with the weights it has just trained, then hands its new weights to its engine."""
+    """The official loop: the learner generates each step's groups itself (train.py calls
+    train.collect_groups with this stream and buffer), with the weights it has just trained, then
+    hands its new weights to its engine."""
 
+    inline = True  # train.py's loop calls collect_groups itself
     failed = None  # nothing beside the learner can fail (see AsyncGenerator.failed)
 
-    def __init__(self, cfg, task, engine, tokenizer, data, dist, collect):
-        self.cfg, self.task, self.engine, self.tokenizer, self.data, self.dist = cfg, task, engine, tokenizer, data, dist
-        self.collect, self.stream, self.buffer = collect, PromptStream(len(data), cfg.seed), []
-
-    def next(self, step: int):
-        return self.collect(step, self.engine, self.stream, self.data, self.cfg, self.dist, self.tokenizer, self.task,
-                            self.buffer)
+    def __init__(self, cfg, engine, data, dist):
+        self.engine, self.dist = engine, dist
+        self.stream, self.buffer = PromptStream(len(data), cfg.seed), []
 
     def publish(self, model, version: int) -> dict:
         """Hand the new weights to the engine (rollout.sync_engine); returns its metrics."""
@@ -184,7 +183,7 @@ class InlineSource:
 class AsyncGenerator:
     """The learner's handle on the pool: `next` batch, `publish` weights, `state`, stop on exit.
 
-    The same interface as InlineSource, so train.py's loop reads the same either way. Made on every
+    The same interface as InlineSource (publish, state, buffer), plus `next`. Made on every
     learner rank (the weight stream is a collective under FSDP2); rank 0 owns the worker processes.
 
     failed: None, or why the pool broke, when `publish` found it so (on every rank). The loop then
@@ -192,6 +191,7 @@ class AsyncGenerator:
     raises cli.RunStopped with this reason.
     """
 
+    inline = False  # train.py's loop takes each batch from `next`
     buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
 
     def __init__(self, cfg, task, model, engine, dist, data, collect, *, start: int, stream_position: int,
@@ -305,18 +305,20 @@ class AsyncGenerator:
     def _died(self, c: int, batch: int | None) -> str:
         return f"{self._who(c)} {self._how(c)}" + (f" without sending batch {batch}" if batch is not None else "")
 
-    def _trouble(self, batch: int | None = None, waiting_for: Callable[[int], bool] | None = None) -> str | None:
+    def _trouble(self, batch: int | None = None, waiting_for: Callable[[int], bool] | None = None,
+                 grace: bool = False) -> str | None:
         """None while the pool is sound; else why not, the cause first: an error a worker diagnosed
         (kind "error"), a worker that died without a message, one silent for --generator_timeout_s,
         then any other failure a worker sent (kind "failure": a bug, or a collective that failed
         because of a peer, given GRACE_S to show as a death). A worker that exited with code 0 has
         finished its batches: trouble only when worker 0 leaves without batch `batch`, or while
-        `waiting_for(c)` still expects worker c."""
+        `waiting_for(c)` still expects worker c. grace: a collective of the learner's own failed, so a
+        worker's death is given GRACE_S to show too (a peer's socket closes before its exit is seen)."""
         self._read_messages()
         for c, (kind, text) in sorted(self.errors.items()):
             if kind == "error":
                 return f"{self._who(c)} failed: {text}"
-        for wait in (0.0, GRACE_S) if self.errors else (0.0,):  # a failed collective: is a peer's death behind it?
+        for wait in (0.0, GRACE_S) if self.errors or grace else (0.0,):  # a failed collective: a peer's death behind it?
             for p in self.procs:
                 p.join(wait / len(self.procs))
             for c, p in enumerate(self.procs):
@@ -381,7 +383,7 @@ class AsyncGenerator:
                     self.weights.send(version, reference, items, self._trouble)
                     failed = self._wait_all(lambda c: self.control.loaded(c) == version)
                 except PeerGone as e:
-                    failed = f"{self._trouble() or e} (during the weight transfer)"
+                    failed = f"{self._trouble(grace=True) or e} (during the weight transfer)"
             else:
                 transport.drain(items)
         if self.dist.main and failed:

@@ -40,6 +40,7 @@ from rollout import RolloutWriter
 from plumbing.cli import RunStopped
 from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
 from plumbing.policy import save_hf
+from tasks import tiny
 
 
 # --- checkpoints --------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
             or this number of processes would cut generation rounds into other shards.
     """
     trainer = json.loads((path / "trainer_state.json").read_text())
-    saved = {**defaults, **trainer["config"]}
+    saved = {**defaults, **tiny.upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
     saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
     shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
     if shards != saved_shards:

@@ -1,11 +1,11 @@
-"""The default task and the tiny base policy that `python train.py` starts from, with no download.
+"""The default task (TinyTask, `--data tiny`) and the tiny base policy that `python train.py` starts from, with no download.
 
 Why this file exists: `python train.py` should learn visibly in minutes on 2 CPU cores from a
 model that this repository builds or ships, with nothing downloaded. The smallest real instruct
 models (SmolLM2-135M) rarely follow the "Answer:" format on their own and generate only tens of
 tokens per second on such a machine, so the default is a task and a model made for the purpose:
 
-  * Task: add two numbers of 1 to 3 digits by columns, one line per column, then a final
+  * Task (`TinyTask`, a task.Task subclass: the example a fork copies): add two numbers of 1 to 3 digits by columns, one line per column, then a final
     "Answer: N" line, the DAPO answer format, checked by verifier.py's "dapo" rule. Responses have
     variable length (2 to 4 lines), so the length budget, the overlong penalty and token-level
     weighting all have something to act on. The held-out split is fixed by a hash of the problem text: a held-out
@@ -29,10 +29,13 @@ import hashlib
 import json
 import random
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models
 from transformers import PreTrainedTokenizerFast
+
+from task import Problem, Task
 
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "tiny-base"  # this file lives in tasks/
@@ -46,7 +49,58 @@ CHAT_TEMPLATE = (
 )
 
 
-# --- plumbing: the task ----------------------------------------------------------------------------
+# --- the task ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TinyTask(Task):
+    """Column addition in the "Answer: N" format, its problems generated from a seed (`--data tiny`).
+
+    Its options are its fields (`--task_args '{"train_size": 2000}'`). It replaces `read` (the
+    problems are generated, the held-out ones fixed by a hash of their text and never trained on)
+    and `messages` (a problem is its own prompt: it carries its format, so no instruction is
+    added); `score` and `check_answer` are the default task's, the DAPO rule (verifier.py, "dapo").
+    """
+
+    train_size: int = 20000  # training problems generated (--data tiny)
+    heldout_size: int = 256  # held-out problems generated (--eval_data tiny; at least --eval_limit)
+    heldout_seed: int = 0  # seed of the held-out problems, fixed so every run evaluates the same ones
+
+    def __post_init__(self):
+        for name in ("train_size", "heldout_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"--task_args: {name} must be an integer >= 1 problem, got {getattr(self, name)!r}")
+
+    def read(self, spec: str, cfg, *, held_out: bool, limit: int = 0) -> tuple[list[Problem], str, str]:
+        """The generated problems: (problems, name, content hash). spec must be "tiny"."""
+        if spec != "tiny":
+            raise ValueError(f"data {spec!r}: the tiny task generates its problems, so its data is 'tiny'; for a file, "
+                             "pass --task task:Task (DAPO math) or a task of your own")
+        n = max(limit, self.heldout_size) if held_out else self.train_size
+        rows = make_split(n, held_out=held_out, seed=self.heldout_seed if held_out else cfg.seed)
+        probs = [Problem(r["id"], [{"role": "user", "content": r["problem"]}], r["answer"], bare=False) for r in rows]
+        content = json.dumps([[p.id, p.messages, p.answer] for p in probs]).encode()
+        return probs, f"tiny:{TASK_VERSION}:{'test' if held_out else 'train'}", hashlib.sha256(content).hexdigest()[:16]
+
+    def messages(self, problem: Problem, cfg) -> list[dict]:
+        """The problem as its own prompt: it carries its format ("... Answer: N"), no instruction around it."""
+        return [dict(m) for m in problem.messages]
+
+
+def upgrade_config(config: dict) -> dict:
+    """A run's config saved before --task existed, as today's: its tiny_* fields become TinyTask's
+    task_args (the ones that differ from TinyTask's defaults, on a run of --data tiny)."""
+    old = {"tiny_train_size": "train_size", "tiny_heldout_size": "heldout_size", "tiny_heldout_seed": "heldout_seed"}
+    out = {k: v for k, v in config.items() if k not in old}
+    if "task_args" not in out and config.get("data", "tiny") == "tiny":
+        defaults = TinyTask()
+        args = {new: config[k] for k, new in old.items() if k in config and config[k] != getattr(defaults, new)}
+        out["task_args"] = json.dumps(args, sort_keys=True)
+    return out
+
+
+# --- plumbing: the problems ------------------------------------------------------------------------
+
 
 
 def is_held_out(problem: str, held_out_percent: int = 10) -> bool:

@@ -37,6 +37,7 @@ from plumbing import distributed, forward, policy, vllm_engine
 from tasks import tiny, tiny_base
 from rollout import Engine, Sample, SamplingParams
 from task import Task
+from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -115,7 +116,7 @@ def base_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def prompts(base_dir):
     _, tok = policy.load_policy(str(base_dir), CPU)
-    return Task().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
+    return TinyTask().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:3]
 
 
 def _record(model) -> dict:
@@ -469,7 +470,14 @@ REFUSED = [
     (["--mini_batch_size", "0"], "--mini_batch_size must be >= 1"),
     (["--micro_batch_size", "0"], "--micro_batch_size must be >= 1"),
     (["--prompts_per_step", "0"], "--prompts_per_step must be >= 1"),
-    (["--tiny_train_size", "0"], "--tiny_train_size must be >= 1 problem"),
+    (["--task_args", '{"train_size": 0}'], "--task_args: train_size must be an integer >= 1 problem"),
+    (["--task_args", '{"size": 10}'], "--task_args: TinyTask has no option 'size'; its options are ['train_size'"),
+    (["--task_args", "[1]"], "expected a JSON object of TinyTask's options"),
+    (["--task_args", "{size: 1}"], "not JSON"),
+    (["--task", "tasks.tiny"], "write it as module:Class"),
+    (["--task", "no_such_module:Task"], "no module 'no_such_module' importable from here"),
+    (["--task", "task:NoSuchTask"], "module 'task' defines no 'NoSuchTask'"),
+    (["--task", "task:Problem"], "Problem is not a subclass of task.Task"),
     (["--gen_prompts_per_round", "0"], "--gen_prompts_per_round must be >= 1"),
     (["--max_gen_rounds", "0"], "--max_gen_rounds must be >= 1"),
     (["--gen_prompts_per_round", "4", "--max_gen_rounds", "3"], "can never fill --prompts_per_step 16"),

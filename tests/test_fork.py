@@ -1,8 +1,10 @@
 """The two fork guides of docs/forking.md, done exactly as they say.
 
-"Add a task": a new task is a subclass of task.Task with its own problems (`read`), prompt
-(`messages`) and reward (`score`), passed to train.train; nothing else is edited. The toy task
-below asks the tiny task's addition questions but rewards only the units digit of the answer.
+"Add a task": the page's `mytask.py` (a task.Task subclass with its own problems, prompt and reward)
+is written to a folder on the path, and the page's three commands run as they are written:
+train.py --task mytask:UnitsDigit, eval.py --model RUN (which must take the run's task from its
+config), preflight.py --task. Nothing in the repository is edited. The toy task asks additions but
+rewards only the units digit of the answer.
 
 "Add a loss variant": a new loss aggregation is a name in dapo.LOSS_AGG_MODES and a branch of
 dapo.aggregate_loss (plus a count in dapo.loss_denominators if it needs one); train.py is not
@@ -14,52 +16,64 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import random
+import re
+import shlex
+import sys
+from pathlib import Path
 
+import pytest
 import torch
 
 import dapo
+import eval as ev
+import preflight
 import train
-import verifier
 from plumbing import distributed, policy
-from task import Problem, Task
+
+REPO = Path(__file__).resolve().parents[1]
+PAGE = (REPO / "docs" / "forking.md").read_text()
+
 
 # --- Add a task ---------------------------------------------------------------------------------------
 
 
-class UnitsDigit(Task):
-    """What is a+b? Right when the last number of the response ends in the units digit of a+b."""
-
-    def read(self, spec, cfg, *, held_out, limit=0):
-        rng = random.Random(1 if held_out else 0)
-        pairs = [(rng.randint(0, 99), rng.randint(0, 99)) for _ in range(max(limit, 64))]
-        problems = [Problem(f"units-{held_out}-{i}", [{"role": "user", "content": f"What is {a}+{b}?"}], str((a + b) % 10),
-                            bare=False) for i, (a, b) in enumerate(pairs)]
-        return problems, f"units-digit:{'test' if held_out else 'train'}", "v1"
-
-    def messages(self, problem, cfg):
-        return problem.messages  # the question as it is: no instruction around it
-
-    def score(self, responses, problem, cfg):
-        out = []
-        for text in responses:
-            digits = [w for w in text.replace("=", " ").split() if w.isdigit()]
-            pred = digits[-1][-1] if digits else None
-            ok = pred == problem.answer
-            out.append(verifier.Score(ok, 1.0 if ok else -1.0, pred, "ok" if ok else ("wrong" if pred else "no_answer")))
-        return out
-
-    def check_answer(self, problem, cfg):
-        if not problem.answer.isdigit():
-            raise ValueError("the answer must be a digit")
+def _page_blocks(lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", PAGE[PAGE.index("## Add a task"):PAGE.index("## Add a loss variant")], re.S)
 
 
-def test_add_a_task_trains_two_steps(tmp_path):
+@pytest.fixture
+def mytask(tmp_path, monkeypatch):
+    """docs/forking.md's mytask.py, importable as `mytask` (a fresh module for each test)."""
+    (code,) = _page_blocks("python")
+    (tmp_path / "mytask.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mytask", raising=False)
+    return tmp_path
+
+
+def _commands(run_dir: Path, out: Path) -> dict[str, list[str]]:
+    """The page's commands as argv lists, with the run directory and outputs moved under the test's folder."""
+    (block,) = _page_blocks("bash")
+    cmds = {}
+    for line in block.strip().splitlines():
+        argv = shlex.split(line.split("#")[0])
+        assert argv[0] == "python", line
+        argv = [str(run_dir) if a == "runs/units" else a for a in argv[1:]]
+        cmds[argv[0]] = argv[1:]
+    small = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "4", "--gen_prompts_per_round", "8",
+             "--mini_batch_size", "32", "--probe_every", "0"]
+    cmds["train.py"] += small
+    cmds["eval.py"] += ["--limit", "8", "--greedy", "false", "--out", str(out / "eval")]
+    cmds["preflight.py"] += ["--out", str(out / "preflight")]
+    return cmds
+
+
+def test_add_a_task_runs_through_train_eval_and_preflight(mytask, tmp_path):
     run = tmp_path / "units"
-    cfg = train.parse_config(["--run_dir", str(run), "--steps", "2", "--eval_limit", "8", "--eval_k", "2",
-                              "--prompts_per_step", "4", "--gen_prompts_per_round", "8", "--mini_batch_size", "32",
-                              "--probe_every", "0"])
-    summary = train.train(cfg, task=UnitsDigit())
+    cmds = _commands(run, tmp_path)
+    summary = train.main(cmds["train.py"])
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["task"] == "mytask:UnitsDigit" and json.loads(config["task_args"]) == {}
     records = [json.loads(line) for line in (run / "rollouts.jsonl").read_text().splitlines()]
     assert records and {r["dataset"] for r in records} == {"units-digit:train"}
     for r in records:  # every verdict is the toy reward's, on the toy problems
@@ -69,6 +83,33 @@ def test_add_a_task_trains_two_steps(tmp_path):
     assert [m["step"] for m in metrics] == [0, 1] and all(m["policy/optimizer_steps"] >= 1 for m in metrics)
     assert 0.0 < sum(r["correct"] for r in records) < len(records)  # the toy reward separates answers
     assert "heldout/avg@2" in summary and summary["heldout/n_problems"] == 8
+
+    # eval.py --model RUN: the run's task (from final/dapo_run.json), its held-out data, its reward
+    res = ev.main(cmds["eval.py"])
+    assert res["settings"]["task"] == "mytask:UnitsDigit" and res["settings"]["dataset"] == "units-digit:test"
+    assert [r["id"] for r in res["per_problem"]] == [f"units-True-{i}" for i in range(8)]
+    for r in res["per_problem"]:
+        assert all(p is None or (len(p) == 1 and p.isdigit()) for p in r["preds"]) and r["answer"] in "0123456789"
+
+    # preflight.py --task: the sheet samples the task's problems and scores them with its reward
+    sheet = preflight.main(cmds["preflight.py"])
+    assert sheet["settings"]["task"] == "mytask:UnitsDigit" and sheet["settings"]["data"] == "units-digit:train"
+    assert len(sheet["prompt_ids"]) == 8 and all(p.startswith("units-False-") for p in sheet["prompt_ids"])
+
+
+def test_a_task_given_from_python_is_recorded_and_its_options_reach_it(mytask, tmp_path):
+    from mytask import UnitsDigit
+
+    run = tmp_path / "py"
+    cfg = train.parse_config(["--run_dir", str(run), "--steps", "1", "--data", "units", "--eval_data", "",
+                              "--prompts_per_step", "4", "--gen_prompts_per_round", "8", "--mini_batch_size", "32",
+                              "--probe_every", "0"])
+    train.train(cfg, task=UnitsDigit(n_problems=70))
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["task"] == "mytask:UnitsDigit" and json.loads(config["task_args"]) == {"n_problems": 70}
+    task, _ = train.task_and_config(train.parse_config(["--task", config["task"], "--task_args", config["task_args"],
+                                                         "--data", "units"]), None)
+    assert task == UnitsDigit(n_problems=70) and len(task.read("units", cfg, held_out=False)[0]) == 70
 
 
 # --- Add a loss variant -----------------------------------------------------------------------------------

@@ -179,7 +179,7 @@ def test_one_process_loads_tied_variants(models):
 
 @pytest.mark.parametrize("name", ["bin_only", "unknown_arch"])
 def test_train_py_says_one_line_and_exits_2(models, name, capsys):
-    status = cli.run_cli(train.main, ["--model", str(models / name), "--steps", "0", "--eval_data=", "--tiny_train_size",
-                                      "64", "--run_dir", str(models / f"run-{name}")])
+    status = cli.run_cli(train.main, ["--model", str(models / name), "--steps", "0", "--eval_data=", "--task_args",
+                                      '{"train_size": 64}', "--run_dir", str(models / f"run-{name}")])
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("error: --model ") and ERRORS[name] in err[0], err

@@ -25,6 +25,7 @@ import train  # noqa: E402
 from plumbing import cli
 from rollout import Sample  # noqa: E402
 from task import Problem, Task  # noqa: E402
+from tasks.tiny import TinyTask  # noqa: E402
 from tasks import tiny  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
@@ -35,7 +36,7 @@ TOKENIZER = tiny.build_tokenizer()
 
 
 def test_prompt_set_depends_only_on_the_data():
-    rows, _, _ = Task().read("tiny", train.Config(), held_out=False)
+    rows, _, _ = TinyTask().read("tiny", train.Config(), held_out=False)
     chosen = preflight.select_prompts(rows, 100)
     shuffled = list(rows)
     random.Random(1).shuffle(shuffled)
@@ -127,7 +128,7 @@ def test_preflight_on_the_tiny_default_is_repeatable(tmp_path, capsys):
     a = preflight.main(args + ["--out", str(tmp_path / "a")])
     printed = capsys.readouterr().out
     b = preflight.main(args + ["--out", str(tmp_path / "b")])
-    rows, _, _ = Task().read("tiny", train.Config(), held_out=False)
+    rows, _, _ = TinyTask().read("tiny", train.Config(), held_out=False)
     assert a["prompt_ids"] == [p.id for p in preflight.select_prompts(rows, 6)]
     s = a["settings"]
     assert (s["prompts"], s["group_size"], s["max_response_len"], s["overlong_buffer"], s["verifier"]) == (6, 2, 48, 8, "dapo")
@@ -155,7 +156,8 @@ def test_preflight_on_the_tiny_default_is_repeatable(tmp_path, capsys):
     (["--verifier", "loose"], "error: --verifier must be one of"),
     (["--overlong_buffer", "48"], "error: --overlong_buffer must be in (0, --max_response_len=48)"),
     (["--overlong_penalty", "maybe"], "error: argument --overlong_penalty: expected true or false"),
-    (["--tiny_train_size", "0"], "error: --tiny_train_size must be >= 1 problem"),
+    (["--task_args", '{"train_size": 0}'], "error: --task_args: train_size must be an integer >= 1 problem"),
+    (["--task", "task:Nope"], "error: --task 'task:Nope': module 'task' defines no 'Nope'"),
     (["--group_size", "1"], "error: --group_size 1: dynamic sampling keeps groups"),
     (["--top_p", "0"], "error: --top_p must be in (0, 1]"),
     (["--temperature", "0"], "error: --temperature must be > 0 for training"),

@@ -25,6 +25,7 @@ import train
 from plumbing import policy
 from rollout import SamplingParams
 from task import Task
+from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
 CPU = torch.device("cpu")
@@ -94,7 +95,7 @@ def test_sequence_streams_are_uniform_and_independent():
 @pytest.fixture(scope="module")
 def tiny_policy():
     model, tok = policy.load_policy("", CPU)
-    prompts = Task().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:6]
+    prompts = TinyTask().load("tiny", tok, train.Config(), held_out=True).prompt_ids[:6]
     return model, tok, prompts
 
 

@@ -21,6 +21,7 @@ import verifier
 from plumbing import distributed, policy
 from rollout import Engine, Sample
 from task import Dataset, Task
+from tasks.tiny import TinyTask
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +171,7 @@ def test_dynamic_sampling_round_budget_never_loops_forever(tiny, policy):
 
 def _tiny_data(tok, cfg, n: int) -> Dataset:
     """The first n training problems of the tiny task, with their prompts."""
-    return Task().load("tiny", tok, cfg, held_out=False).head(n)
+    return TinyTask().load("tiny", tok, cfg, held_out=False).head(n)
 
 
 def test_exhausted_step_returns_unused_buffered_groups_to_the_buffer(tiny):
