@@ -444,9 +444,8 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
 
     hf loads the model here; vllm loads it inside the engine, holding the prompt + response budget
     in tokens, capped at the model's position limit, tensor-parallel over --vllm_tp consecutive
-    ranks. Neither engine applies the sampling fields of the model's generation_config.json
-    (answers are sampled at --temperature and --top_p only); the ignored fields are named on stderr.
-    """
+    ranks, vLLM in bf16 on GPU. Neither engine applies the sampling fields of generation_config.json
+    (answers are sampled at --temperature and --top_p only); the ignored fields are named on stderr."""
     name = rollout.resolve_engine(name)
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     model = policy.load_model(str(model_dir), device, trust_remote_code=settings.trust_remote_code,
@@ -454,7 +453,8 @@ def make_engine(name: str, model_dir: Path, settings: ModelSettings, ecfg: EvalC
     max_len = policy.engine_max_len(str(model_dir), settings.max_prompt_len + settings.max_response_len)
     engine = policy.build_engine(name, model=model, tokenizer=tokenizer, model_dir=model_dir, device=device, seed=ecfg.seed,
                                  max_model_len=max_len, max_batch=ecfg.engine_max_batch, temperature=ecfg.temperature,
-                                 top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world)
+                                 top_p=ecfg.top_p, sampler_logprobs=False, tp=ecfg.vllm_tp, world=world,
+                                 dtype=policy.engine_dtype(device))  # bf16 on GPU, as training's sampler
     return engine, tokenizer
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import time
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -34,6 +34,8 @@ from transformers import GenerationConfig
 import verifier
 from plumbing import decoding
 from plumbing.decoding import sample_token, sequence_uniforms  # noqa: F401  (the sampler: rollout.sample_token, ...)
+from plumbing import forward
+from plumbing.distributed import clock
 from plumbing.forward import inference
 
 # --- plumbing: what goes in and what comes out -------------------------------------------------------
@@ -82,7 +84,10 @@ class Engine:
             group must submit identical requests; callers split work over groups, not ranks.
         sync_probe: (prompt ids, response ids) that sync_engine scores on both sides after every
             sync (engines that do not share the module), or None for no check.
-        sync_atol: the largest probe gap sync_engine accepts (a negative value: record it only).
+        sync_atol: the floor of the largest probe gap sync_engine accepts (sync_failure; a
+            negative value: record the gap only).
+        sync_noise: the probe gap of this engine and trainer on the same weights (measured at the
+            sync of version 0, when both hold the checkpoint: their numerics), or None.
     """
 
     name = "abstract"
@@ -92,9 +97,11 @@ class Engine:
     tp = 1
     sync_probe: tuple[list[int], list[int]] | None = None
     sync_atol = 1e-4
+    sync_noise: float | None = None
 
     def __init__(self) -> None:
         self.policy_version = 0
+        self.probe_seen: torch.Tensor | None = None  # (T,) the engine's probe log-probs at its last sync check
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Sample]]:
         """Sample params.n responses for each prompt; returns [len(prompts)][n] in input order."""
@@ -108,11 +115,16 @@ class Engine:
         """Whether `generate(..., params)` fills Sample.logprobs (with the trainer's distribution)."""
         return False
 
+    def probe_logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+        """(T,) float64 on the CPU: the engine's log-probs of response_ids after prompt_ids at temperature 1
+        (engines with weights of their own: the engine's side of sync_engine's check)."""
+        raise NotImplementedError
+
     def sleep(self) -> None:
         """Free accelerator memory while the trainer works (colocated engines on GPU); no-op here."""
 
-    def wake(self) -> None:
-        """Undo `sleep` before the next weight sync and generation; no-op here."""
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
+        """Undo `sleep` (tags: "weights", "kv_cache"; None = both) before a weight sync and generation; no-op here."""
 
     def close(self) -> None:
         """Release what the engine holds (never the trainer's process group); no-op here."""
@@ -133,6 +145,39 @@ def check_gap(gap: float, atol: float, what: str, why: str) -> float:
     if not gap <= atol:
         raise WeightSyncError(f"{what} by {gap:.3g} > {atol:g}{why}")
     return gap
+
+
+SYNC_NOISE_MARGIN = 4.0  # a synced probe gap up to this many times the pair's own numerics (Engine.sync_noise) passes
+
+
+def sync_failure(after: float, before: float | None, noise: float | None, floor: float) -> str | None:
+    """The decision of the weight-sync checks (sync_engine, a generator worker's): None, or why the engine's
+    weights are not the trainer's.
+
+    Checks the sync, not the numerics: a bf16 engine and an fp32 (or bf16-compute) trainer differ by
+    about 0.03 nats per token on the same weights (ServiceNow/Fast-LLM PR 525; verl logs the gap as a
+    metric and does not stop on it, verl-project/verl PR 2953), so a fixed bar measured on one model
+    either stops correct runs or misses broken syncs. The bar is this pair's own gap on identical
+    weights (`noise`, measured before the sync of version 0, when engine and trainer both hold the
+    checkpoint) times SYNC_NOISE_MARGIN, never below `floor`. The statistic is the mean gap over the
+    probe's tokens: its max swings with the weights several times more than its mean (measured on the
+    tiny model in bf16, tests/test_gpu_path.py). A skipped sync leaves the gap of the update itself
+    (`before`: the engine's previous weights against the trainer's new ones), a partial one part of it;
+    a gap within the bar is indistinguishable from numerics, and a skipped sync's grows with every update.
+
+    after, before: the mean |engine - trainer| probe log-prob after / before the sync (nats; before None
+    when unknown). Returns None (in sync) or the reason (not finite, or above the bar).
+    """
+    bar = max(floor, SYNC_NOISE_MARGIN * noise) if noise is not None and math.isfinite(noise) else floor
+    if not math.isfinite(after):
+        return f"the probe gap is {after}"
+    if after <= bar:
+        return None
+    stale = before is not None and after >= 0.5 * before
+    return (f"the mean probe gap {after:.3g} exceeds {bar:.3g} ({SYNC_NOISE_MARGIN:g} x this pair's gap on identical "
+            f"weights, {noise if noise is not None else float('nan'):.3g}, at least {floor:g})"
+            + (f" and is {after / before:.2f} of the gap before the sync ({before:.3g}): the engine kept the previous "
+               "weights" if stale else "") + (f"; before the sync it was {before:.3g}" if before is not None and not stale else ""))
 
 
 # --- plumbing: transformers generate ------------------------------------------------------------------
@@ -355,9 +400,9 @@ def group_records(g, *, run_id: str, learner_version: int, advantages, engine: E
 
 def timed_generate(engine: Engine, prompts: list[list[int]], params: SamplingParams) -> tuple[list[list[Sample]], float]:
     """engine.generate plus its wall time in seconds."""
-    t0 = time.perf_counter()
+    t0 = clock()
     out = engine.generate(prompts, params)
-    return out, time.perf_counter() - t0
+    return out, clock() - t0
 
 
 class _GenerationConfigOf:
@@ -410,44 +455,68 @@ def stream_weights(model, dtype: torch.dtype | None = None):
         yield name, (t.full_tensor() if hasattr(t, "full_tensor") else t)
 
 
+SYNC_PROBE_TOKENS = 32  # tokens a sync check scores: a max over DAPO's 1-4 answer tokens alone is a noisy statistic
+
+
 def sync_probe(prompt_ids: list[int], answer_ids: list[int], max_len: int) -> tuple[list[int], list[int]]:
-    """Engine.sync_probe: a reference answer (at most max_len // 2 tokens) after as much of its prompt as fits in
-    max_len - 1 tokens (the engine scores one more); without answer tokens the prompt's last token is scored."""
-    if not answer_ids:
-        prompt_ids, answer_ids = prompt_ids[:-1], prompt_ids[-1:]
-    answer = list(answer_ids)[: max(1, max_len // 2)]
-    return list(prompt_ids)[-max(1, max_len - 1 - len(answer)):], answer
+    """Engine.sync_probe: (context, scored) of the prompt followed by its reference answer, cut from the left to
+    max_len - 1 tokens (the engine scores one more); scored is the answer (up to max_len // 2 tokens) and the end
+    of the prompt before it, SYNC_PROBE_TOKENS tokens in all where the sequence is long enough."""
+    seq = (list(prompt_ids) + list(answer_ids))[-max(2, max_len - 1):]
+    k = min(len(seq) - 1, max(SYNC_PROBE_TOKENS, min(len(answer_ids), max_len // 2)))
+    return seq[:-k], seq[-k:]
 
 
 def sync_engine(engine: Engine, model, policy_version: int, world: int = 1) -> dict:
     """Hand the trainer's current weights to the engine and check them; returns metrics.
 
-    Streams the weights (stream_weights: under FSDP a collective, every rank calls this), then,
-    when the engine has a `sync_probe`, scores it on the engine and on the trainer (a collective
-    too) and takes the worst gap over all ranks, so every TP group is checked and every rank
-    raises together. An engine that generates from the training module itself (HFEngine) only
+    Wakes a sleeping engine in the order that fits a colocated GPU (VLLMEngine.wake): the weights
+    alone first, then the stream, then the KV cache. Streams the weights (stream_weights: under
+    FSDP a collective, every rank calls this), then, when the engine has a `sync_probe`, scores it
+    on the engine and on the trainer (a collective too), takes the worst gap over all ranks, so
+    every TP group is checked and every rank raises together, and applies sync_failure to the mean
+    gap: the bar is the pair's own mean gap on identical weights (measured here at version 0) times a
+    margin, at least `engine.sync_atol`. An engine that generates from the training module itself (HFEngine) only
     records the version.
 
-    Returns {"time/weight_sync": seconds} plus "sync/logprob_gap" (max |engine - trainer|
-    log-prob over the probe, all ranks) when checked.
+    Returns {"time/weight_sync": seconds} plus, when checked, "sync/logprob_gap" (max |engine -
+    trainer| log-prob over the probe, all ranks), "sync/logprob_gap_mean" (its mean over the probe's
+    tokens, worst rank: what is checked), "sync/logprob_gap_before" (that mean with the engine's
+    previous weights: the update the sync had to carry) and "sync/logprob_gap_bar" (the bar applied).
 
-    Raises WeightSyncError: the gap exceeds the engine's sync_atol (>= 0) on some rank.
+    Raises WeightSyncError: sync_failure found the engine's weights are not the trainer's (sync_atol >= 0).
     """
     if engine.shares_module:
         return {"time/weight_sync": engine.sync_weights(model, policy_version)}
-    t0 = time.perf_counter()
+    t0 = clock()
+    engine.wake(("weights",))  # the KV cache only after the stream: both at once may not fit beside the trainer
     dtype = getattr(torch, str(getattr(engine, "dtype", "float32")).removeprefix("torch."), None)
     engine.sync_weights(stream_weights(model, dtype), policy_version)
-    out = {"time/weight_sync": time.perf_counter() - t0}
-    if engine.sync_probe is not None:
-        gap = engine.sync_gap(model, *engine.sync_probe)
-        if world > 1:  # the worst group decides, on every rank (NaN counts as a failure everywhere)
-            t = torch.tensor([gap if gap == gap else float("inf")], dtype=torch.float64)
-            torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
-            gap = float(t.item())
-        if engine.sync_atol >= 0:  # a negative tolerance only records the gap
-            check_gap(gap, engine.sync_atol, f"after the sync to policy_version {policy_version} the engine's log-probs "
-                      "differ from the trainer's", " (worst rank): the weights did not reach the engine (names, dtype, "
-                      "or a partial sync)")
-        out["sync/logprob_gap"] = gap
+    engine.wake()
+    out = {"time/weight_sync": clock() - t0}
+    if engine.sync_probe is None:
+        return out
+    trainer = forward.sequence_logprobs(model, *engine.sync_probe).double().cpu()  # (T,) a collective under FSDP
+    seen, engine.probe_seen = engine.probe_seen, engine.probe_logprobs(*engine.sync_probe)  # (T,) before, after
+    gaps = (engine.probe_seen - trainer).abs()  # (T,)
+    before = float((seen - trainer).abs().mean()) if seen is not None else float("nan")
+    worst = [float(gaps.max()), float(gaps.mean()), before]
+    if world > 1:  # the worst group decides, on every rank (NaN counts as a failure everywhere)
+        t = torch.tensor([x if x == x else float("inf") for x in worst], dtype=torch.float64)  # (3,)
+        torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+        worst = [float(x) if seen is not None or i < 2 else float("nan") for i, x in enumerate(t.tolist())]
+    gap, mean, before = worst
+    if policy_version == 0 and engine.sync_noise is None and before == before:  # both sides held the checkpoint
+        engine.sync_noise = before
+    floor = engine.sync_atol
+    bar = max(floor, SYNC_NOISE_MARGIN * engine.sync_noise) if engine.sync_noise is not None else floor
+    if floor >= 0:  # a negative tolerance only records the gap
+        reason = sync_failure(mean, before if before == before else None, engine.sync_noise, floor)
+        if reason:
+            raise WeightSyncError(f"after the sync to policy_version {policy_version} the engine's log-probs differ from "
+                                  f"the trainer's (worst rank): {reason}: the weights did not reach the engine (names, "
+                                  "dtype, or a partial sync)")
+    out |= {"sync/logprob_gap": gap, "sync/logprob_gap_mean": mean, "sync/logprob_gap_bar": bar}
+    if before == before:
+        out["sync/logprob_gap_before"] = before
     return out

@@ -276,6 +276,7 @@ class Task:
         Raises:
             ValueError: as `read`; a prompt too long under "error"; no prompt fits.
         """
+        verifier.prepare(cfg.verifier)  # math mode: its checker processes start now, while the data and model load
         try:
             rows, name, data_hash = self.read(spec, cfg, held_out=held_out, limit=limit)
         except (ValueError, FileNotFoundError) as e:

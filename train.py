@@ -51,7 +51,7 @@ from tasks import arith
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
 from plumbing import cli, distributed, forward, generator, models, policy, runlog
 from plumbing.cli import F
-from plumbing.distributed import Dist, all_reduce_sum
+from plumbing.distributed import Dist, all_reduce_sum, clock
 
 # --- config ---------------------------------------------------------------------------------------
 
@@ -174,8 +174,9 @@ class Config:
                         "one engine together (N must divide the number of processes) and generation work is split "
                         "across these groups, not ranks")
     vllm_sync_atol: float = F(0.0, "--engine vllm: stop when the engine's and the trainer's log-probs of a fixed "
-                                   "probe differ by more than this after a weight sync; 0 = 1e-4 (fp32 engine) / "
-                                   "2e-2 (bf16); < 0 = record only")
+                                   "probe differ after a weight sync by more (mean over its tokens) than 4x their gap "
+                                   "on identical weights and this floor; 0 = 1e-4 (fp32 engine) / 0.05 (bf16); < 0 = "
+                                   "record only")
     # scale-out (torchrun)
     gen_shards: int = F(0, "prompt shards per generation round, each sampled with its own seed; shard c runs on "
                            "engine group c % groups (groups = processes / vllm_tp, or --generator_workers). 0 = one "
@@ -497,12 +498,12 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     # 5. Old log-probs: the learner's before this update (inline: the weights that generated the batch),
     # recomputed by the trainer. The first trained mini-batch trains before any optimizer step, so its old
     # log-probs are its own forward pass's (ratio exactly 1); only later mini-batches need this pass.
-    t0 = time.perf_counter()
+    t0 = clock()
     old.compute(model, [i for m in trained[1:] for i in minibatches[m]], cfg, dist, device, pad_id)
-    stats["time/old_logprobs"] = time.perf_counter() - t0
+    stats["time/old_logprobs"] = clock() - t0
 
     # 6. One optimizer step per mini-batch.
-    t0 = time.perf_counter()
+    t0 = clock()
     keys = ("clipfrac_low", "clipfrac_high", "clipfrac_dual", "approx_kl", "ratio_mean") + (
         ("seq_clipfrac_low", "seq_clipfrac_high") if cfg.surrogate == "gspo" else ())  # GSPO's per-response fractions
     sums = dict.fromkeys(("loss", *keys), 0.0)
@@ -535,7 +536,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
         stats |= {f"policy/{k}": v / len(trained) for k, v in sums.items()} | {"policy/grad_norm": float(np.mean(norms))}
     stats |= old.metrics(dist)
     stats["policy/optimizer_steps"], stats["policy/skipped_minibatches"] = len(trained), len(minibatches) - len(trained)
-    stats["time/update"] = time.perf_counter() - t0
+    stats["time/update"] = clock() - t0
     return stats
 
 
@@ -575,12 +576,13 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     """
     task, cfg = task_of(dataclasses.replace(cfg, model=models.resolve(cfg.model)), task)  # a named model: its dir
     # --- plumbing: processes, data, policy, optimizer, engine, resume, run files (skip on first reading)
-    dist, device = distributed.init_distributed(cfg.device)
-    distributed.seed_everything(cfg.seed, cfg.threads)
+    dist, device = distributed.init_distributed(cfg.device, one_rank_mesh=True)  # one GPU: FSDP2 over a 1-rank mesh
+    distributed.seed_everything(cfg.seed, cfg.threads, offload=cfg.cpu_offload)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
-    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
+    model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg,
+                              shard=dist.sharded)
     forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention
     optimizer, scheduler = policy.make_optimizer(model, cfg)
     engine = policy.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (
@@ -614,8 +616,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
             stats |= update_policy(model, optimizer, batch, cfg, dist, device, tokenizer.pad_token_id)
             policy.step_schedule(scheduler)  # warm-up counts rollout steps
             # --- DAPO 7: hand the new weights on: rollouts of step + 1 (or, with a lag, later) come from them
-            engine.wake()
-            stats |= source.publish(model, step + 1)  # rollout.sync_engine (vLLM: streamed, then checked)
+            stats |= source.publish(model, step + 1)  # rollout.sync_engine (vLLM: woken, streamed, then checked)
             run.end_step(step, stats, rollouts, batch, source.buffer, probe_records)  # records, metrics, non-finite streak
             if run.checkpoint_due(step) or source.failed:  # --save_every, the last step, the time budget, SIGINT/SIGTERM,
                 # or a generator process that died during publish: keep the step just trained, then next() raises

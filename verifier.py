@@ -277,6 +277,8 @@ tests/test_verifier_grammar.py):
     exponents, huge factorials (they ran into the 2 s limit). The time limit covers the whole
     call: the wait for a free worker and the kill after a timeout included (TIMEOUT_MARGIN_S), and
     SPARE_WORKERS spares are kept, so the call after a timeout does not wait for a worker to start.
+    The first worker of a process starts in `prepare` (task.Task.load calls it under --verifier
+    math); a process that scores without it waits for that start (1.5-3.3 s) on its first call.
 
 Run `python verifier.py ROLLOUTS.jsonl` to hand-check saved rollouts (see `main`).
 """
@@ -938,8 +940,8 @@ _SPACING_COMMAND = (
 )
 _EDGE_SPACING = re.compile(
     rf"^(?:\s|{_SPACING_COMMAND})+"
-    rf"|(?:\s|\\\\(?:\[[^\[\]]{{0,20}}\])?|\\(?:text|mbox|mathrm)\s*\{{\s*[.,;:]?\s*\}}|{_SPACING_COMMAND})+$"
-)  # and "\text{.}" at the end
+    rf"|(?:\s|\\\\(?:\[[^\[\]]{{0,20}}\])?|\\(?:text|mbox|mathrm)\s*\{{\s*[.,;:]?\s*\}}|{_SPACING_COMMAND}|\\(?=\s*$))+$"
+)  # and "\text{.}" at the end, and a lone backslash left at the very end ("185\")
 
 
 def _peel(text: str) -> str:
@@ -2338,6 +2340,19 @@ def _take_worker(deadline: float) -> tuple[_MathWorker | None, bool]:
         worker = _MathWorker()  # started outside the lock, so threads start theirs in parallel
     _top_up_spares()
     return worker, started_here
+
+
+def prepare(mode: str) -> None:
+    """Start the math mode's workers in the background, ahead of the first call (G7).
+
+    A process's first "math" call would otherwise start its own worker, and that start (1.5-3.3 s
+    on a loaded 2-core machine: importing sympy and math-verify) is outside the call's 2 s limit.
+    task.Task.load calls this when a run or an evaluation uses --verifier math, before the model
+    loads, so the workers are up by the first scoring. A no-op for the other modes; never raises
+    (a worker that cannot start is reported by the call that needs it).
+    """
+    if mode == "math":
+        _top_up_spares()
 
 
 def _ask_math_worker(request: dict, timeout_s: float) -> dict:

@@ -19,7 +19,8 @@ every predicted peak within 25% of the measured one. --reuse takes the measured 
 run directories of an earlier compare with the same flags (each job's config.json is checked)
 and only runs the plan again. `steps0` is the loading measurement: 4 ranks,
 `--steps 0`, GNU time's max RSS of each rank, the 277M model's job minus the tiny model's, in
-multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x).
+multiples of the fp32 model (the ranks that do not write final/ must stay at or below 0.5x), then
+each rank's peak per phase of the same job (bench/load_phases.py).
 `count` counts the bytes forward.logprobs's passes save for backward (torch.autograd.graph.saved_tensors_hooks),
 per decoder layer and outside the layers, for each layout, fp32 and bf16, with and without
 activation checkpointing, and prints them beside the plan's formulas.
@@ -193,6 +194,16 @@ def steps0(random_model: Path) -> None:
     print(f"fp32 model {fp32 / GiB:.3f} GiB; each rank minus the tiny job's largest, in fp32 models: "
           + ", ".join(f"{(x - base) / fp32:.2f}x" for x in rss["random"])
           + " (the largest is rank 0, which writes final/; target for the others <= 0.50x)")
+    run_dir = SCRATCH_ROOT / "memory_plan" / "steps0-phases"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=4",
+                          "bench/load_phases.py", str(fp32), "--model", str(random_model), "--steps", "0", "--eval_data=",
+                          "--probe_every", "0", "--run_dir", str(run_dir)], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"bench/load_phases.py failed:\n{out.stderr[-3000:]}")
+    print("# where each rank's peak goes (bench/load_phases.py; multiples of the fp32 model, the process's own memory "
+          "included):\n" + "\n".join(sorted(line for line in out.stdout.splitlines() if line.startswith("rank "))))
 
 
 def count() -> None:

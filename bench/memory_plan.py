@@ -13,7 +13,8 @@ without it (--share_prompt_forward false, or under --activation_checkpointing), 
 are exact (the model is built on the meta device); everything else is arithmetic on the shapes,
 per rank, in each phase of a step, and the peak is the largest phase:
 
-  load          each rank's fp32 shard, read from its slices of the files (policy.load_model)
+  load          each rank's fp32 shard, read from its slices of the files (policy.load_model; on one
+                GPU too: FSDP2 over a 1-rank mesh), and the pages of the file read
   generate      the sampler: plumbing/decoding.py on the FSDP2 model (KV cache, one step's logits and
                 the sampler's copies of them), or vLLM's --vllm_gpu_memory_utilization share
   train-head    the largest micro-batch's activations, at the head's backward (its fp32 dW
@@ -25,7 +26,10 @@ per rank, in each phase of a step, and the peak is the largest phase:
   train-prompts the shared prompt pass only: the start of the prompts' backward, when the
                 responses' part of every layer's weight gradient waits unsharded in autograd
   step          gradient clip and AdamW
-  sync          weights streamed to vLLM one gathered tensor at a time (rollout.stream_weights)
+  sync          weights streamed to vLLM one gathered tensor at a time (rollout.stream_weights), counted
+                with vLLM's whole share awake (an upper bound: its KV cache wakes after the stream).
+                Reserved = allocated here: rollout.sync_engine releases the trainer's cached blocks
+                (torch.cuda.empty_cache) before vLLM wakes, which it maps outside torch's allocator
   final         rank 0 gathers the whole model to write final/ (loading.gather_on_rank0)
 
 Activation bytes were counted from the tensors transformers 5.24's Qwen2 layers save for backward
@@ -162,8 +166,12 @@ class Setup:
     flash_attn: bool  # packed rows on GPU run flash_attention_2 (flash-attn installed: forward.prepare switches it on)
 
     @property
-    def b(self) -> int:  # bytes of the compute dtype: bf16 under FSDP2 mixed precision (--bf16, GPU, >1 rank), else fp32
-        return 2 if self.device == "gpu" and self.cfg.bf16 and self.ranks > 1 else 4
+    def fsdp(self) -> bool:  # FSDP2 shards the model: several ranks, or one GPU (a 1-rank mesh, distributed.init_distributed)
+        return self.ranks > 1 or self.device == "gpu"
+
+    @property
+    def b(self) -> int:  # bytes of the compute dtype: bf16 under FSDP2 mixed precision (--bf16, GPU), else fp32
+        return 2 if self.device == "gpu" and self.cfg.bf16 else 4
 
     @property
     def engine(self) -> str:
@@ -271,7 +279,7 @@ def outside_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str, 
 def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     """The terms of each phase for one rank (rank0: the rank that writes final/)."""
     c, N, b, gpu = su.cfg, su.ranks, su.b, su.device == "gpu"
-    P, fsdp = s.params, su.ranks > 1
+    P, fsdp = s.params, su.fsdp
     state = "host" if (c.cpu_offload and fsdp) or not gpu else "gpu"
     where = "gpu" if gpu else "host"
     out: dict[str, list[Term]] = {}
@@ -282,11 +290,15 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     root = [Term("root group gathered (embeddings, head, final norm)", f"{b} B x {n(s.root)}", b * s.root, where)] if fsdp else []
     layer = lambda k, what: Term(what, f"{k} x {b} B x {n(s.layer)}", k * b * s.layer, where)  # noqa: E731
 
-    # load: the shard, filled from the rank's slices of the files (the pages read count in RSS while mapped)
+    # load: the shard, filled from the rank's slices of the files. Measured per phase (bench/load_phases.py, 4 gloo
+    # ranks, a 277M model stored in bf16): the peak is inside torch.distributed.checkpoint's read, where the rank holds
+    # its shard (to_empty reserves it, the copy makes it resident), the file's pages of its slices, mapped by
+    # safe_open until the file is closed (half the shard's size for a bf16 file), and one slice in flight.
+    file_dtype_bytes = max(1, round(s.file_bytes / s.params))  # 2 for a bf16 checkpoint
     out["load"] = runtime + [master, Term("checkpoint pages read (its slices of the files)", f"{s.file_bytes / 1e9:.2f} GB / {N}",
-                                          s.file_bytes / N, "host")]
-    if not fsdp and gpu:  # from_pretrained builds the model on the host before .to(device)
-        out["load"].append(Term("from_pretrained's host copy", f"4 B x {n(P)}", 4 * P, "host"))
+                                          s.file_bytes / N, "host"),
+                             Term("one slice in flight (the largest tensor's, as stored)", f"{file_dtype_bytes:g} B x "
+                                  f"{n(s.largest)} / {N}", file_dtype_bytes * s.largest / N, "host")]
 
     # generate
     rows_of = lambda prompts, k: min(c.engine_max_batch, math.ceil(prompts) * k)  # noqa: E731

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,17 +27,36 @@ class Dist:
 
     rank: int = 0
     world: int = 1
+    one_rank_mesh: bool = False  # one process that still shards with FSDP2, over a mesh of 1 rank (train.py on CUDA)
 
     @property
     def main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def sharded(self) -> bool:
+        """Whether FSDP2 shards the model: more than one process, or one over a 1-rank mesh."""
+        return self.world > 1 or self.one_rank_mesh
 
-def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
-    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda."""
+
+ONE_RANK_MESH_ENV = "DAPO_ONE_RANK_MESH"  # "1": take the 1-rank FSDP2 path on the CPU too (tests, gpu_check.sh --cpu)
+
+
+def init_distributed(device: str = "auto", *, one_rank_mesh: bool = False) -> tuple[Dist, torch.device]:
+    """One process, or torchrun's N processes (nccl + gloo on GPU, gloo on CPU). device: auto | cpu | cuda.
+
+    one_rank_mesh (train.py): one process on CUDA becomes a torchrun job of 1 (single_process_env)
+    whose model FSDP2 shards over a 1-rank mesh, so that one GPU runs the N-GPU path: bf16 mixed
+    precision (FSDP2's MixedPrecisionPolicy), --cpu_offload, the sharded loader, NCCL. Without it one
+    process would train in fp32 with --bf16 and --cpu_offload silently ignored. The CPU keeps its
+    plain single process (the default CPU run is unchanged) unless $DAPO_ONE_RANK_MESH is "1".
+    """
     use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    mesh = one_rank_mesh and (use_cuda or os.environ.get(ONE_RANK_MESH_ENV) == "1")
     if "RANK" not in os.environ:
-        return Dist(), torch.device("cuda" if use_cuda else "cpu")
+        if not mesh:
+            return Dist(), torch.device("cuda" if use_cuda else "cpu")
+        os.environ.update(single_process_env())
     rank, world, local = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:
         torch.cuda.set_device(local)
@@ -44,7 +64,19 @@ def init_distributed(device: str = "auto") -> tuple[Dist, torch.device]:
         # On GPU: NCCL for CUDA tensors, gloo for the CPU-tensor collectives of the loop
         # (all_reduce_sum, rollout.sync_engine's gap) that NCCL alone would reject.
         tdist.init_process_group("cpu:gloo,cuda:nccl" if use_cuda else "gloo")
-    return Dist(rank, world), torch.device(f"cuda:{local}" if use_cuda else "cpu")
+    return Dist(rank, world, mesh and world == 1), torch.device(f"cuda:{local}" if use_cuda else "cpu")
+
+
+def single_process_env() -> dict[str, str]:
+    """The variables torchrun gives a job of one process (rank 0 of 1, on this host, a free port): what
+    init_process_group reads, and what vLLM's external launcher reads (vllm_engine.launch_kwargs)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port)}
 
 
 def close_distributed(dist: Dist) -> None:
@@ -53,7 +85,7 @@ def close_distributed(dist: Dist) -> None:
     Raises RuntimeError: under torchrun the group is already gone (something else destroyed the
     trainer's group, e.g. a generation engine's shutdown: vllm_engine.VLLMEngine.close must not).
     """
-    if dist.world == 1:
+    if not dist.sharded:
         return
     if not torch.distributed.is_initialized():
         raise RuntimeError("the trainer's process group was destroyed before the end of the run (by the engine's shutdown?)")
@@ -163,12 +195,61 @@ def assert_same_in_group(key, group, what: str) -> None:
         raise GroupMismatchError(f"{what}: " + ", ".join(f"rank {r}: {k}" for r, k in zip(ranks, keys)))
 
 
-def seed_everything(seed: int, threads: int = 0) -> None:
-    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1)."""
+def clock() -> float:
+    """time.perf_counter() once the GPU's queued work is done: CUDA kernels run asynchronously, so a
+    phase's clock read without torch.cuda.synchronize stops before its last kernels ran and the next
+    phase is charged for them. The same as time.perf_counter() without CUDA."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def seed_everything(seed: int, threads: int = 0, *, offload: bool = False) -> None:
+    """Seed python, numpy and torch; set torch's CPU threads (0 = $OMP_NUM_THREADS or 1; with offload,
+    --cpu_offload's AdamW on the host, 0 = this host's cores shared among its ranks: torchrun sets
+    OMP_NUM_THREADS=1, which would run the optimizer step of a 32B shard on one core per rank)."""
+    if not threads and offload:
+        threads = max(1, (os.cpu_count() or 1) // int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     torch.set_num_threads(threads or int(os.environ.get("OMP_NUM_THREADS", "1")))
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+# --- generator workers' devices (plumbing/generator.py) ----------------------------------------
+
+WORKER_GPU_ENV = "DAPO_WORKER_GPU"  # set in a worker's environment on GPU: the one device it sees (worker_env)
+
+
+def worker_device(cfg, c: int, learners_here: int) -> torch.device:
+    """Worker c's device: the CPU, or on GPU the one after the node's learner ranks (LOCAL_WORLD_SIZE + c).
+
+    Raises ValueError: the node has fewer GPUs than its learner ranks and workers need (NCCL does not
+    let two members of one group share a GPU)."""
+    if cfg.device == "cpu" or not torch.cuda.is_available():
+        return torch.device("cpu")
+    index = learners_here + c
+    if index >= torch.cuda.device_count():
+        raise ValueError(f"--generator_workers {cfg.generator_workers} beside {learners_here} learner rank(s) needs "
+                         f"{learners_here + cfg.generator_workers} GPUs on this node, found {torch.cuda.device_count()}: "
+                         "lower --generator_workers or --nproc_per_node (docs/async.md \"A pool of generator workers\")")
+    return torch.device(f"cuda:{index}")
+
+
+def worker_env(device: torch.device, c: int, workers: int, visible: str | None) -> dict[str, str]:
+    """The environment worker c starts with (spawn copies the parent's at Process.start).
+
+    On GPU the worker sees only its own device (CUDA_VISIBLE_DEVICES: the learner's `device` index
+    among the GPUs the learner sees, `visible` being the learner's CUDA_VISIBLE_DEVICES or None), as
+    device 0, rank c of the pool: what vLLM's executors read (LOCAL_RANK for the external launcher;
+    the single-process executor takes device 0), so no engine, context or NCCL communicator of a
+    worker lands on the learner's GPU 0. On the CPU nothing changes ({}).
+    """
+    if device.type != "cuda":
+        return {}
+    gpu = visible.split(",")[device.index] if visible else str(device.index)
+    return {"CUDA_VISIBLE_DEVICES": gpu, WORKER_GPU_ENV: gpu, "RANK": str(c), "LOCAL_RANK": "0", "WORLD_SIZE": str(workers),
+            "LOCAL_WORLD_SIZE": str(workers)}
 
 
 # --- splitting evaluation problems across ranks ---------------------------------------------------

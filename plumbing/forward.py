@@ -30,7 +30,7 @@ import types
 from dataclasses import dataclass
 
 import torch
-from torch.distributed.fsdp import register_fsdp_forward_method
+from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
 
 from plumbing.distributed import Dist, all_reduce_max, all_reduce_sum
 
@@ -62,13 +62,13 @@ class _HeadLogprob(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, tokens, temperature, chunk_size):  # hidden (N, D), weight (V, D), tokens (N,)
+    def forward(ctx, hidden, weight, tokens, temperature, chunk_size, fp32):  # hidden (N, D), weight (V, D), tokens (N,)
         N, acc = hidden.shape[0], _acc_dtype(hidden)
         logp = torch.empty(N, dtype=acc, device=hidden.device)  # (N,)
         entropy = torch.empty(N, dtype=acc, device=hidden.device)  # (N,)
         lse = torch.empty(N, dtype=acc, device=hidden.device)  # (N,) logsumexp of z, for backward
         for s in range(0, N, chunk_size):
-            z = _tempered_logits(hidden[s : s + chunk_size], weight, temperature)  # (n, V) fp32, the buffer
+            z = _tempered_logits(hidden[s : s + chunk_size], weight, temperature, fp32)  # (n, V) fp32, the buffer
             top = z.amax(dim=1)  # (n,) max 0 after the shift: exp cannot overflow, and an all-negative row
             z.sub_(top[:, None])  # shifts by its own max (verl-project/verl#7439: a max starting at 0 broke it)
             picked = z.gather(1, tokens[s : s + chunk_size, None]).squeeze(1)  # (n,) shifted z of the token
@@ -81,7 +81,7 @@ class _HeadLogprob(torch.autograd.Function):
             lse[s : s + chunk_size] = top + log_sum
             del z  # before the next chunk's product: two buffers would be alive at once
         ctx.save_for_backward(hidden, weight, tokens, lse)
-        ctx.temperature, ctx.chunk_size = temperature, chunk_size
+        ctx.temperature, ctx.chunk_size, ctx.fp32 = temperature, chunk_size, fp32
         ctx.mark_non_differentiable(entropy)
         return logp, entropy
 
@@ -93,7 +93,7 @@ class _HeadLogprob(torch.autograd.Function):
         grad_h = torch.empty_like(hidden) if need_h else None  # (N, D)
         grad_w = torch.zeros(weight.shape, dtype=_acc_dtype(weight), device=weight.device) if need_w else None  # (V, D) fp32
         for s in range(0, hidden.shape[0], C):
-            g = _tempered_logits(hidden[s : s + C], weight, T)  # (n, V) fp32
+            g = _tempered_logits(hidden[s : s + C], weight, T, ctx.fp32)  # (n, V) fp32
             g.sub_(lse[s : s + C, None]).exp_()  # (n, V) p = softmax(z)
             up = grad_logp[s : s + C].to(g.dtype) / T  # (n,) upstream gradient, times dz/d(h W^T)
             g.mul_(-up[:, None]).scatter_add_(1, tokens[s : s + C, None], up[:, None])  # (n, V) (onehot - p) up
@@ -102,7 +102,7 @@ class _HeadLogprob(torch.autograd.Function):
             if need_w:
                 grad_w.addmm_(g.t(), hidden[s : s + C].to(grad_w.dtype))  # (V, D) += (V, n) @ (n, D), in place
             del g  # as in forward: one buffer at a time
-        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None
+        return grad_h, grad_w.to(weight.dtype) if need_w else None, None, None, None, None
 
 
 def _acc_dtype(x: torch.Tensor) -> torch.dtype:
@@ -110,15 +110,39 @@ def _acc_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.promote_types(x.dtype, torch.float32)
 
 
-def _tempered_logits(h: torch.Tensor, weight: torch.Tensor, temperature: float) -> torch.Tensor:
-    """(n, V) fp32 h W^T / temperature, a fresh tensor the caller may change in place. The product runs in
-    the weight's dtype (fp32 on CPU; bf16 under FSDP2 mixed precision, as the model's own output head)."""
-    z = (h @ weight.t()).to(_acc_dtype(h))  # (n, V); copies only a bf16 product
+def _tempered_logits(h: torch.Tensor, weight: torch.Tensor, temperature: float, fp32: bool = True) -> torch.Tensor:
+    """(n, V) fp32 h W^T / temperature, a fresh tensor the caller may change in place. fp32: the product of
+    bf16 operands accumulated and returned in fp32 (fp32_product); else in the weight's dtype, then upcast."""
+    z = fp32_product(h, weight) if fp32 else (h @ weight.t()).to(_acc_dtype(h))  # (n, V)
     return z.div_(temperature) if temperature != 1.0 else z
 
 
+def fp32_product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """(n, V) h W^T with fp32 output: the output head's logits, unrounded under bf16 mixed precision.
+
+    Rounding the logits to bf16 (8 bits of mantissa) is the largest source of the gap between the
+    trainer's and the sampler's log-probs (NVIDIA-NeMo/RL PR 3936; torchtitan PR 3667, prime-rl PR 2438
+    and TRL PR 4303 moved to an fp32 head): measured on CPU, 1.6e-2 to 2.7e-2 nats against a float64
+    log-softmax of the same bf16 values, 1e-6 with fp32 output (tests/test_forward.py). fp32 and float64
+    operands: the plain product, as before. bf16 on CUDA: one bf16 GEMM with fp32 accumulation and
+    output (torch.mm out_dtype), the memory of one fp32 chunk; elsewhere (CPU tests) the operands upcast.
+    """
+    if h.dtype in (torch.float32, torch.float64) and weight.dtype == h.dtype:
+        return h @ weight.t()
+    if h.is_cuda and h.dtype == weight.dtype == torch.bfloat16:
+        return torch.mm(h, weight.t(), out_dtype=torch.float32)
+    return h.float() @ weight.float().t()
+
+
+def set_fp32_head(model, on: bool) -> None:
+    """Whether the trainer's log-probs take the head's product in fp32 (default on) when the weights are bf16;
+    the model's own head (generation by HFEngine) follows (attach). Off when the sampler's head cannot be
+    fp32 too (policy.make_engine): both sides or neither, the one-sided mix being the worse (NeMo-RL PR 3936)."""
+    model._dapo_fp32_head = bool(on)
+
+
 def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, *, temperature: float = 1.0,
-                   chunk_size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+                   chunk_size: int = 1024, fp32_head: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probability of each sampled token and the true entropy at its position, from hidden states.
 
     Both are taken from softmax(h W^T / temperature): the distribution the sampler drew from
@@ -135,6 +159,7 @@ def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Ten
         tokens: (N,) long, the sampled token ids.
         temperature: sampling temperature, > 0.
         chunk_size: positions per chunk (--logprob_chunk).
+        fp32_head: a bf16 h W^T accumulated and returned in fp32 (fp32_product), not rounded to bf16.
 
     Returns:
         logp: (N,) float32 (float64 for float64 inputs), differentiable with respect to hidden and weight.
@@ -150,7 +175,7 @@ def token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Ten
     if hidden.ndim != 2 or weight.ndim != 2 or hidden.shape[1] != weight.shape[1] or tokens.shape != hidden.shape[:1]:
         raise ValueError(f"hidden must be (N, D), weight (V, D) and tokens (N,); got {tuple(hidden.shape)}, "
                          f"{tuple(weight.shape)} and {tuple(tokens.shape)}")
-    return _HeadLogprob.apply(hidden, weight, tokens, float(temperature), int(chunk_size))
+    return _HeadLogprob.apply(hidden, weight, tokens, float(temperature), int(chunk_size), bool(fp32_head))
 
 
 # --- plumbing: the pass inside the model ----------------------------------------------------------------
@@ -186,6 +211,16 @@ def attach(model) -> None:
                          "as hidden @ W^T and would silently differ from the model: not supported")
     setattr(model, PASS_METHOD, types.MethodType(_model_logprobs, model))
     register_fsdp_forward_method(model, PASS_METHOD)
+    head.forward = types.MethodType(_head_forward, head)  # generation's logits as the trainer's (set_fp32_head)
+    head._dapo_model = [model]  # in a list: not a submodule
+
+
+def _head_forward(self, x: torch.Tensor) -> torch.Tensor:
+    """The output head's forward: F.linear, as nn.Linear's, unless its weight is bf16 and the model's head is
+    fp32 (set_fp32_head): then fp32_product, fp32 logits (HFEngine's sampler and the trainer agree)."""
+    if self.weight.dtype != torch.bfloat16 or not getattr(self._dapo_model[0], "_dapo_fp32_head", True):
+        return torch.nn.functional.linear(x, self.weight)
+    return fp32_product(x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
 
 
 def prepare(model, cfg, device: torch.device, world: int) -> None:
@@ -196,13 +231,14 @@ def prepare(model, cfg, device: torch.device, world: int) -> None:
     (huggingface/transformers#39194), applied to a dense row x row score matrix: quadratic in
     the row, and on CPU slower than the padded layout (bench/bench_packing.py). flash_attention_2 is switched on
     where it can run: on GPU with flash-attn installed and bf16 compute (FSDP2 mixed precision,
-    which policy.wrap_fsdp applies with --bf16 under torchrun). Raises ValueError (as attach, or
+    which policy.wrap_fsdp applies with --bf16 on CUDA). Raises ValueError (as attach, or
     an attention that cannot keep packed sequences apart).
     """
     attach(model)
     if not cfg.pack_micro_batches:
         return
-    if device.type == "cuda" and cfg.bf16 and world > 1 and importlib.util.find_spec("flash_attn") is not None:
+    if device.type == "cuda" and cfg.bf16 and (world > 1 or isinstance(model, FSDPModule)) and \
+            importlib.util.find_spec("flash_attn") is not None:
         model.set_attn_implementation("flash_attention_2")
     if model.config._attn_implementation not in PACKED_ATTENTION:
         raise ValueError(f"--pack_micro_batches true needs one of the attentions {PACKED_ATTENTION}, which keep packed "
@@ -231,18 +267,19 @@ def _model_logprobs(self, inputs: MicroBatch, temperature: float, chunk_size: in
         out = self.base_model(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
                               position_ids=inputs.position_ids, use_cache=False)
         hidden = out.last_hidden_state.flatten(0, 1)[inputs.src]  # (rows * S, D) -> (N, D)
-    return token_logprobs(hidden, weight, inputs.tokens, temperature=temperature, chunk_size=chunk_size)
+    return token_logprobs(hidden, weight, inputs.tokens, temperature=temperature, chunk_size=chunk_size,
+                          fp32_head=getattr(self, "_dapo_fp32_head", True))
 
 
 def _check_head(model, probe: torch.Tensor, weight: torch.Tensor) -> None:
     """Raise ValueError unless the model's own logits on `probe` (1, n) equal hidden @ W^T."""
     with torch.no_grad():
         hidden = model.base_model(input_ids=probe, use_cache=False).last_hidden_state  # (1, n, D)
-        ref = hidden @ weight.t()  # (1, n, V)
+        ref = _tempered_logits(hidden[0], weight, 1.0, getattr(model, "_dapo_fp32_head", True))  # (n, V)
         # the class's forward, not the module call: inside the root's forward, no second FSDP pre-forward
         own = type(model).forward(model, input_ids=probe, use_cache=False).logits  # (1, n, V)
-    tol = (1e-4 if ref.dtype == torch.float32 else 2e-2) * (1.0 + float(ref.abs().max()))
-    gap = float((own.float() - ref.float()).abs().max())
+    tol = (1e-4 if weight.dtype == torch.float32 else 2e-2) * (1.0 + float(ref.abs().max()))
+    gap = float((own[0].float() - ref.float()).abs().max())
     if not gap <= tol:
         raise ValueError(f"{type(model).__name__}'s logits differ from hidden @ W^T by {gap:.3g} (> {tol:.3g}) on a probe: "
                          "its forward post-processes the logits, which the trainer's log-probs would silently miss")

@@ -37,7 +37,8 @@ worker then checks its own log-probs of the probe against the learner's (the wei
 mismatch stops the run with rollout.WeightSyncError and the measured gap).
 
 Placement: the learner's rank 0 spawns the K workers on its own host; on GPU worker c takes the
-GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c). docs/async.md "A pool of generator workers".
+GPU after the node's learner ranks (LOCAL_WORLD_SIZE + c) and sees only that one, as its device 0
+(distributed.worker_env). docs/async.md "A pool of generator workers".
 
 Start-up: the spawn start method pickles a process's arguments into a pipe that the child reads
 only after importing the learner's main module (seconds); a child that dies before reading them
@@ -179,21 +180,6 @@ class InlineSource:
         pass
 
 
-def worker_device(cfg, c: int, learners_here: int) -> torch.device:
-    """Worker c's device: the CPU, or on GPU the one after the node's learner ranks (LOCAL_WORLD_SIZE + c).
-
-    Raises ValueError: the node has fewer GPUs than its learner ranks and workers need (NCCL does not
-    let two members of one group share a GPU)."""
-    if cfg.device == "cpu" or not torch.cuda.is_available():
-        return torch.device("cpu")
-    index = learners_here + c
-    if index >= torch.cuda.device_count():
-        raise ValueError(f"--generator_workers {cfg.generator_workers} beside {learners_here} learner rank(s) needs "
-                         f"{learners_here + cfg.generator_workers} GPUs on this node, found {torch.cuda.device_count()}: "
-                         "lower --generator_workers or --nproc_per_node (docs/async.md \"A pool of generator workers\")")
-    return torch.device(f"cuda:{index}")
-
-
 class AsyncGenerator:
     """The learner's handle on the pool: `next` batch, `publish` weights, `state`, stop on exit.
 
@@ -217,7 +203,7 @@ class AsyncGenerator:
         if dist.main:
             learners_here = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
             for c in range(self.workers):
-                worker_device(cfg, c, learners_here)  # fails before anything starts
+                distributed.worker_device(cfg, c, learners_here)  # fails before anything starts
             ctx = mp.get_context("spawn")
             self.control = Control.create(self.workers)
             spec = transport.make_spec(cfg.generator_weights, model.state_dict(), self.probe_len, self.workers)
@@ -237,9 +223,14 @@ class AsyncGenerator:
                 reader, writer = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_worker_main, args=(startup, self.control.t, self.weights.handles(), writer, c),
                                    name=f"dapo-generator-{c}", daemon=True)
+                saved = dict(os.environ)
+                device = distributed.worker_device(cfg, c, learners_here)
+                os.environ.update(distributed.worker_env(device, c, self.workers, saved.get("CUDA_VISIBLE_DEVICES")))
                 try:
                     proc.start()
                 finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
                     writer.close()  # the worker holds the only write end: its death reads as EOF here, never as a hang
                 self.procs.append(proc)
                 self.readers.append(reader)
@@ -519,7 +510,9 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
     cfg, data, workers = s["cfg"], s["data"], control.workers
     distributed.seed_everything(cfg.seed, 1)  # one thread per process
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
-    device = worker_device(cfg, c, s["learners_here"])
+    device = torch.device("cuda", 0) if os.environ.get(distributed.WORKER_GPU_ENV) else torch.device("cpu")  # worker_env
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # first: contexts, NCCL and libraries use the current device
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code)
     own = model.state_dict()
     transport.check_layout(s["weights"]["layout"], own, cfg.model or "tiny")
@@ -533,10 +526,11 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
                                      timeout=datetime.timedelta(seconds=POOL_TIMEOUT_S))
     probe_len = s["weights"]["probe_len"]  # the learner's probe; with vLLM, sync_engine checks the engine against the model
     engine = policy.make_engine(cfg, model, tokenizer, device, 1, max(map(len, data.prompt_ids)), announce=False,
-                                  probe=(s["probe_ids"][:-probe_len], s["probe_ids"][-probe_len:]))
+                                  probe=(s["probe_ids"][:-probe_len], s["probe_ids"][-probe_len:]), colocated=False)
     weights = transport.worker_end(s["weights"], weight_handles, control, store, c, device, cfg.generator_timeout_s)
-    # the same weights and code: equal up to float order in fp32; the learner's bf16 compute (GPU) differs more
-    atol = 2e-2 if device.type == "cuda" and cfg.bf16 else 1e-5
+    # the floor of the check's bar (rollout.sync_failure): the same weights and code are equal up to float order
+    # in fp32; against the learner's bf16 compute (GPU) the bar is the gap measured at version 0, with this floor
+    atol = 0.05 if device.type == "cuda" and cfg.bf16 else 1e-5
     stream = PromptStream(len(data), cfg.seed)
     stream.position = s["stream_position"]
     dist, version, n = distributed.Dist(c, workers), -1, 0
@@ -599,21 +593,34 @@ def _load_weights(weights, control: Control, c: int, version: int, own: dict, mo
     control.set_ready(c, version)
     _test_fault("exit_in_transfer", c, control, version)
     probe_len = weights.probe_len
+    before = transport.probe_logprobs(model, probe_ids, probe_len)  # (probe_len,) the previous version's weights
     reference = weights.receive(own, version, learner_gone)
     control.set_loaded(c, version)
-    _check_probe(model, probe_ids, probe_len, reference, version, atol)
+    _check_probe(model, probe_ids, probe_len, reference, version, atol, before, weights)
     rollout.sync_engine(engine, model, version)  # vLLM: also checks the engine against the model (make_engine's probe)
     return version
 
 
-def _check_probe(model, probe_ids: list[int], probe_len: int, reference: torch.Tensor, version: int, atol: float) -> float:
+def _check_probe(model, probe_ids: list[int], probe_len: int, reference: torch.Tensor, version: int, atol: float,
+                 before: torch.Tensor | None = None, calibration=None) -> float:
     """The weight-sync check: the gap (nats) between `model`'s log-probs of the last probe_len tokens of
-    probe_ids and the learner's `reference` ((probe_len,) float64, CPU); returns it.
+    probe_ids and the learner's `reference` ((probe_len,) float64, CPU); returns it. rollout.sync_failure
+    decides, with `before` (the model's probe log-probs before receiving) and the gap on identical weights
+    measured at version 0, kept on `calibration` (the transport end: one per worker) as sync_noise.
 
-    Raises rollout.WeightSyncError: the gap exceeds atol (or is NaN)."""
+    Raises rollout.WeightSyncError: the gap is above the bar (atol at least), or NaN."""
     own = transport.probe_logprobs(model, probe_ids, probe_len)  # (probe_len,)
-    return rollout.check_gap(float((own - reference).abs().max()), atol, f"generator weights version {version}: probe "
-                             "log-probs differ from the learner's", "; the weight transfer is broken")
+    gap = float((own - reference).abs().mean())  # the mean over the probe: rollout.sync_failure's statistic
+    gap_before = float((before - reference).abs().mean()) if before is not None else None
+    if version == 0 and calibration is not None and getattr(calibration, "sync_noise", None) is None:
+        calibration.sync_noise = gap_before  # both sides held the checkpoint's weights
+    noise = getattr(calibration, "sync_noise", None)
+    reason = rollout.sync_failure(gap, gap_before, noise, atol)
+    if reason:
+        bar = max(atol, rollout.SYNC_NOISE_MARGIN * noise) if noise is not None else atol
+        raise rollout.WeightSyncError(f"generator weights version {version}: probe log-probs differ from the learner's "
+                                      f"by {gap:.3g} > {bar:g} ({reason}); the weight transfer is broken")
+    return gap
 
 
 def _test_fault(point: str, c: int, control: Control, version: int) -> None:

@@ -29,7 +29,7 @@ from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 import rollout
-from plumbing import loading, vllm_engine
+from plumbing import forward, loading, vllm_engine
 from plumbing.distributed import Dist
 
 REPO = Path(__file__).resolve().parents[1]  # this file lives in plumbing/
@@ -72,7 +72,8 @@ class FSDPSettings:
     cpu_offload: bool = False
 
 
-def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None):
+def load_model(path: str, device: torch.device, *, trust_remote_code: bool = False, world: int = 1, fsdp=None,
+               shard: bool | None = None):
     """The causal LM of an HF directory ('' = the tiny base policy) in float32, dropout off (disable_dropout),
     wrapped by wrap_fsdp; safetensors only, no remote code unless asked.
 
@@ -82,6 +83,8 @@ def load_model(path: str, device: torch.device, *, trust_remote_code: bool = Fal
     whole model). Both check that the checkpoint's tensors are exactly the model's.
 
     fsdp: the FSDP2 settings wrap_fsdp reads (a train.Config); None = FSDPSettings().
+    shard: FSDP2 shards the model (the sharded loader); None = world > 1. train.py passes
+        Dist.sharded, so one process on CUDA shards over a 1-rank mesh (distributed.init_distributed).
 
     Raises:
         FileNotFoundError: no config.json, or no safetensors weights (loading.model_config).
@@ -89,8 +92,9 @@ def load_model(path: str, device: torch.device, *, trust_remote_code: bool = Fal
             misshapen tensor; tied embeddings stored with different values.
     """
     path = path or str(DEFAULT_MODEL)
-    fsdp, dist = fsdp or FSDPSettings(), Dist(torch.distributed.get_rank() if world > 1 else 0, world)
-    if world > 1:
+    shard = world > 1 if shard is None else shard
+    fsdp, dist = fsdp or FSDPSettings(), Dist(torch.distributed.get_rank() if shard else 0, world, shard and world == 1)
+    if shard:
         model = loading.load_sharded(path, device, lambda m: wrap_fsdp(m, fsdp, device, dist),
                                      trust_remote_code=trust_remote_code, offload=fsdp.cpu_offload)
     else:
@@ -188,13 +192,14 @@ def wrap_fsdp(model, cfg, device: torch.device, dist: Dist):
     are one parameter of one group (torch 2.13 refuses a parameter shared between two groups;
     pytorch/pytorch#176076). Mixed precision on GPU: bf16 compute and communication of parameters,
     fp32 gradient reduction and fp32 master weights (the optimizer sees fp32 shards). CPU stays
-    fp32 (gloo). Reads cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload.
+    fp32 (gloo). Reads cfg.activation_checkpointing, cfg.bf16, cfg.cpu_offload. One process shards
+    only over a 1-rank mesh (dist.one_rank_mesh: train.py on CUDA), else it is returned as it is.
 
     Raises ValueError: the model does not name its decoder layers (_no_split_modules).
     """
     if cfg.activation_checkpointing:
         set_activation_checkpointing(model, True)
-    if dist.world == 1:
+    if not dist.sharded:
         return model
     kw = {}
     if device.type == "cuda" and cfg.bf16:
@@ -215,7 +220,7 @@ def save_hf(model, tokenizer, out: Path, dist: Dist, extra: dict) -> None:
     """Full weights in HF format on rank 0, the tokenizer, and `extra` as dapo_run.json (what eval.py
     reads back: config, verifier version). Under torchrun only rank 0 ever holds the whole
     model: the shards are gathered to it one tensor at a time (loading.gather_on_rank0)."""
-    state = loading.gather_on_rank0(model, dist.rank, dist.world) if dist.world > 1 else None
+    state = loading.gather_on_rank0(model, dist.rank, dist.world) if dist.sharded else None
     if dist.main:
         model.save_pretrained(out, state_dict=state, safe_serialization=True)
         if getattr(tokenizer, "dapo_plain_fast", False):
@@ -244,7 +249,7 @@ def step_schedule(scheduler) -> None:
 def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, seed: int, max_model_len: int, world: int = 1,
                 sampler_logprobs: bool = True, max_batch: int = 256, gpu_memory_utilization: float | None = None,
                 temperature: float = 1.0, top_p: float = 1.0, announce: bool = True, tp: int = 1,
-                dtype: str = "float32") -> rollout.Engine:
+                dtype: str = "float32", colocated: bool = True) -> rollout.Engine:
     """The generation engine for --engine (rollout.resolve_engine), the one factory of train.py and eval.py.
 
     "hf": HFEngine on `model` itself (under torchrun with synced_gpus, as FSDP requires).
@@ -252,7 +257,8 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     (prompt + response), tensor-parallel over `tp` consecutive ranks (every rank calls this); on
     GPU it sleeps while the trainer works (gpu_memory_utilization of the GPU when awake). It
     generates from model_dir's weights until the caller syncs it (rollout.sync_engine). Its log-probs
-    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs").
+    are taken raw at temperature 1 and processed otherwise (VLLMEngine, "Log-probs"). colocated: the
+    GPU is shared with the trainer (sleep mode); a generator worker owns its GPU and never sleeps.
 
     announce: print (stderr) the checkpoint's generation_config.json fields that neither engine
     applies, and whether the sampler's log-probs at (temperature, top_p) are the trainer's.
@@ -267,8 +273,8 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     else:
         kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
         if getattr(device, "type", device) == "cuda":
-            # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
-            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+            # Colocated: the engine sleeps (weights and KV cache dropped) while the trainer works.
+            kw.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=colocated)
         engine = vllm_engine.VLLMEngine(model_dir, tokenizer, seed=seed, max_model_len=max_model_len, tp=tp, dtype=dtype, **kw)
     if announce:
         notice = rollout.generation_config_notice(rollout._GenerationConfigOf(str(model_dir)).generation_config, str(model_dir))
@@ -281,20 +287,32 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     return engine
 
 
-def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None):
+def engine_dtype(device, bf16: bool = True) -> str:
+    """The generation engine's weight dtype: bf16 on GPU (with --bf16), else fp32 (vLLM's GPU default would be the
+    checkpoint's dtype, fp32 for an fp32 checkpoint: twice the memory and slower kernels)."""
+    return "bfloat16" if getattr(device, "type", device) == "cuda" and bf16 else "float32"
+
+
+def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, *, announce: bool, probe=None,
+                colocated: bool = True):
     """The generation engine of a train.Config (build_engine), holding the longest prompt plus
     the response budget (capped at the model's position limit); vLLM runs in bf16 on GPU with
     --bf16, else in float32, tensor-parallel over --vllm_tp ranks. An engine with weights of its own
     (vLLM) still holds the checkpoint's: sync it (rollout.sync_engine) before generating; `probe`
-    (prompt ids, reference answer ids) is what sync_engine then scores on both sides to check it."""
+    (prompt ids, reference answer ids) is what sync_engine then scores on both sides to check it: the
+    engine's log-probs of it now, on the checkpoint's weights, are what the first sync compares with
+    (rollout.sync_failure). The trainer's output head computes in fp32 (forward.set_fp32_head) when
+    the engine's does, or shares it (hf): both sides or neither."""
     max_len = engine_max_len(cfg.model, longest_prompt + cfg.max_response_len)
     engine = build_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
                                  device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
                                  max_model_len=max_len, max_batch=cfg.engine_max_batch,
                                  gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
                                  top_p=cfg.top_p, announce=announce, tp=cfg.vllm_tp,
-                                 dtype="bfloat16" if device.type == "cuda" and cfg.bf16 else "float32")
+                                 dtype=engine_dtype(device, cfg.bf16), colocated=colocated)
+    forward.set_fp32_head(model, engine.shares_module or getattr(engine, "fp32_head", False))
     if not engine.shares_module and probe is not None:
         engine.sync_probe = rollout.sync_probe(probe[0], probe[1], max_len)
         engine.sync_atol = cfg.vllm_sync_atol or engine.sync_atol
+        engine.probe_seen = engine.probe_logprobs(*engine.sync_probe)  # (T,) both sides on the checkpoint's weights
     return engine

@@ -191,11 +191,22 @@ class BroadcastWeights:
                 self.group = tdist.ProcessGroupGloo(store, self.rank, self.members, self.timeout)
         return self.group
 
-    def _bcast(self, t: torch.Tensor, version: int) -> None:
-        """One broadcast from the root into `t`; raises PeerGone when the group cannot finish it (gloo
-        and NCCL raise RuntimeError: a member's connections closed, or the timeout passed)."""
+    def _bcast(self, t: torch.Tensor, version: int, peer_gone: Callable[[], str | None] = lambda: None) -> None:
+        """One broadcast from the root into `t`; raises PeerGone when the group cannot finish it: gloo raises
+        RuntimeError (a member's connections closed, or the timeout passed); on NCCL `wait()` only orders the
+        current CUDA stream after the work, neither blocking nor raising when a member is gone (the distributed
+        docs' synchronous and asynchronous semantics, pytorch/pytorch PR 45709), so the CPU waits for the work
+        itself with a deadline (wait_for)."""
         try:
-            self._group().broadcast(t, 0).wait()
+            work = self._group().broadcast(t, 0)
+            if self.device.type == "cuda":
+                try:
+                    wait_for(work, self.timeout.total_seconds(), peer_gone, f"the weight broadcast of version {version}")
+                except PeerGone:
+                    self.group.abort()  # the unfinished work and its communicator: the NCCL watchdog does not kill us
+                    raise
+            else:
+                work.wait()
         except RuntimeError as e:
             raise PeerGone(f"the weight broadcast of version {version} failed ({str(e).splitlines()[0][:300]})") from None
 
@@ -205,12 +216,12 @@ class BroadcastWeights:
         PeerGone when a member died or did not take part within the timeout."""
         items = iter(items)
         try:
-            self._bcast(torch.tensor([version], dtype=torch.int64, device=self.device), version)  # (1,)
-            self._bcast(reference.to(self.device, torch.float64), version)  # (probe_len,)
+            self._bcast(torch.tensor([version], dtype=torch.int64, device=self.device), version, peer_gone)  # (1,)
+            self._bcast(reference.to(self.device, torch.float64), version, peer_gone)  # (probe_len,)
             for (name, _, _), (got, t) in zip(self.layout, items):
                 if got != name:  # the same model on both sides: a different order is a bug
                     raise RuntimeError(f"weight stream out of order: {got!r} where {name!r} was expected")
-                self._bcast(t.detach().to(self.device).contiguous(), version)
+                self._bcast(t.detach().to(self.device).contiguous(), version, peer_gone)
         finally:
             drain(items)
 
@@ -218,15 +229,28 @@ class BroadcastWeights:
         """A worker: the tensors of `version` into its state dict `own` (in place); returns the learner's
         probe log-probs ((probe_len,) float64). Raises PeerGone as `send`, RuntimeError when the header carries another version."""
         header = torch.zeros(1, dtype=torch.int64, device=self.device)  # (1,)
-        self._bcast(header, version)
+        self._bcast(header, version, peer_gone)
         if int(header) != version:
             raise RuntimeError(f"worker waiting for weights version {version} received version {int(header)}")
         reference = torch.zeros(self.probe_len, dtype=torch.float64, device=self.device)  # (probe_len,)
-        self._bcast(reference, version)
+        self._bcast(reference, version, peer_gone)
         with torch.no_grad():
             for name, _, _ in self.layout:
-                self._bcast(own[name], version)  # contiguous parameters and buffers of the model, received in place
+                self._bcast(own[name], version, peer_gone)  # contiguous parameters and buffers of the model, received in place
         return reference.cpu()
+
+
+def wait_for(work, timeout_s: float, peer_gone: Callable[[], str | None], what: str) -> None:
+    """Block until a collective's `work` is done (work.is_completed(), polled every POLL_S); raises PeerGone when
+    peer_gone() gives a reason or timeout_s pass first. The learner then checkpoints and stops (a worker
+    exits) after aborting the group (BroadcastWeights._bcast), as the NCCL watchdog would otherwise do at the
+    group's own timeout by tearing the whole process down, checkpoint or not."""
+    deadline = time.monotonic() + timeout_s
+    while not work.is_completed():
+        reason = peer_gone() or (time.monotonic() > deadline and f"{what} did not finish within {timeout_s:g} s")
+        if reason:
+            raise PeerGone(reason)
+        time.sleep(POLL_S)
 
 
 # --- shared memory ----------------------------------------------------------------------------------------

@@ -29,7 +29,8 @@ CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
   * Tensor parallelism inside the job: `distributed_executor_backend="external_launcher"` with
     tensor_parallel_size N under torchrun makes every N consecutive ranks one engine (vLLM's
     initialize_model_parallel, vllm/distributed/parallel_state.py; TRL's colocate mode groups
-    ranks the same way, trl/generation/vllm_generation.py). Every rank of a group samples the
+    ranks the same way, trl/generation/vllm_generation.py); at N = 1 too (launch_kwargs), so that no
+    rank's engine lands on GPU 0. Every rank of a group samples the
     tokens itself: ranks of one group given different prompts or seeds return different tokens
     with no error and no hang, which `generate` rules out before submitting anything.
   * Shutting an in-process engine down (its weakref finalizer, vllm/v1/engine/core_client.py
@@ -222,7 +223,8 @@ class VLLMEngine(Engine):
         max_model_len: int,
         gpu_memory_utilization: float | None = None,
         dtype: str = "float32",
-        enforce_eager: bool = True,
+        enforce_eager: bool | None = None,
+        fp32_head: bool = True,
         sync_via: str = "auto",
         shm_dir: str | Path = "/dev/shm",
         tp: int = 1,
@@ -238,7 +240,11 @@ class VLLMEngine(Engine):
             gpu_memory_utilization: fraction of GPU memory for weights + KV cache (GPU only;
                 None keeps vLLM's default; CPU KV cache size is VLLM_CPU_KVCACHE_SPACE in GiB).
             dtype: weight dtype in the engine; "float32" keeps log-probs equal to an fp32 trainer.
-            enforce_eager: no CUDA graphs / torch.compile (start-up in seconds; required on CPU).
+            enforce_eager: no CUDA graphs / torch.compile (start-up in seconds; required on CPU);
+                None = on the CPU only (CUDA graphs speed up decoding on GPU).
+            fp32_head: a non-fp32 engine computes its output head in fp32 where this vLLM can
+                (hf_overrides head_dtype; `fp32_head` tells afterwards whether it does): the
+                trainer's head is fp32 too (forward.token_logprobs), so both sides or neither.
             sync_via: "iterator" (in-process only), "disk" (safetensors under shm_dir), or "auto"
                 (iterator in-process, disk otherwise).
             shm_dir: RAM disk for the "disk" weight sync.
@@ -275,31 +281,38 @@ class VLLMEngine(Engine):
         # Under torchrun the trainer created the default process group: the engine must leave it alone.
         self._trainer_owns_default_group = tdist.is_available() and tdist.is_initialized()
         self.tp, self.group = int(tp), None
-        # Largest engine-vs-trainer log-prob gap of a synced engine (check_sync, rollout.sync_engine):
-        # measured in sync on the tiny model about 1e-6 in fp32 and 4e-3 in bf16.
-        self.sync_atol = 1e-4 if str(dtype).removeprefix("torch.") == "float32" else 2e-2
+        # The floor of the bar on the mean probe gap (rollout.sync_failure; above it the bar is the pair's own gap on
+        # identical weights times a margin): synced, the tiny model's mean gap is about 1e-6 in fp32 and 1e-2 in bf16
+        # (tests/test_gpu_path.py); a bf16 engine beside a real model's trainer differs by about 0.03 nats per token
+        # (RMS; ServiceNow/Fast-LLM PR 525). check_sync (the max against one tolerance) keeps 1e-4 / 2e-2.
+        self.sync_atol = 1e-4 if str(dtype).removeprefix("torch.") == "float32" else 0.05
 
-        kwargs = dict(
-            model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, enforce_eager=enforce_eager, seed=seed,
-            max_model_len=self.max_model_len, logprobs_mode=logprobs_mode, generation_config="vllm",
-        )
+        from vllm.config import ModelConfig
         from vllm.platforms import current_platform
 
+        kwargs = dict(
+            model=self.model_dir, skip_tokenizer_init=True, dtype=dtype, seed=seed, max_model_len=self.max_model_len,
+            logprobs_mode=logprobs_mode, generation_config="vllm",
+            enforce_eager=current_platform.is_cpu() if enforce_eager is None else enforce_eager,
+        )
+        self.fp32_head = fp32_head and str(dtype).removeprefix("torch.") != "float32" and hasattr(ModelConfig, "head_dtype")
+        if self.fp32_head:  # vllm-project/vllm PR 48390: the lm_head in fp32, as the trainer's
+            kwargs["hf_overrides"] = {"head_dtype": "float32"}
         if current_platform.is_cpu():  # seeded requests crash on a partial prefill there (module docstring)
             kwargs["enable_chunked_prefill"] = False
+        world = tdist.get_world_size() if self._trainer_owns_default_group else 1
+        # the external launcher reads RANK and LOCAL_RANK (torchrun's, or distributed.worker_env's); a group made
+        # without them (a generator pool's on the CPU) keeps vLLM's own executor, which joins that group as it is
+        launched = self._trainer_owns_default_group and "RANK" in os.environ and "LOCAL_RANK" in os.environ
+        kwargs.update(launch_kwargs(self.tp, launched, world, self.in_process))
         if self.tp > 1:
-            world = tdist.get_world_size() if self._trainer_owns_default_group else 1
-            if world % self.tp or not self.in_process:
-                raise ValueError(f"--vllm_tp {self.tp} needs torchrun with a multiple of {self.tp} processes (got {world}) "
-                                 "and the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
             self.group = distributed.new_engine_group(self.tp)  # ours, for the request check; vLLM builds its own
-            kwargs.update(tensor_parallel_size=self.tp, distributed_executor_backend="external_launcher")
         if quiet:
             kwargs["use_tqdm_on_load"] = False  # no progress bar for loading the checkpoint
         if gpu_memory_utilization is not None:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         kwargs.update(llm_kwargs)
-        self._sleeping, self._can_sleep = False, bool(kwargs.get("enable_sleep_mode"))
+        self._asleep, self._can_sleep = set(), bool(kwargs.get("enable_sleep_mode"))
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process
         # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
         # trainer from choosing its thread count (one thread per process is what CPU runs want).
@@ -320,16 +333,22 @@ class VLLMEngine(Engine):
                                    "(consecutive ranks; distributed.engine_groups)")
 
     def sleep(self) -> None:
-        """GPU, colocated: offload the weights to CPU and drop the KV cache while the trainer works
-        (vLLM sleep level 1; needs enable_sleep_mode=True). Untested on GPU hardware here."""
-        if self._can_sleep and not self._sleeping:
-            self.llm.sleep(level=1)
-            self._sleeping = True
+        """GPU, colocated: drop the weights and the KV cache while the trainer works (needs
+        enable_sleep_mode=True). Level 2, as TRL's colocate mode: the weights are not copied to host
+        memory, because the next sync overwrites every one of them (vLLM keeps the buffers, such as
+        the rotary cache, across a level-2 sleep: vllm/v1/worker/gpu_worker.py). Untested on GPU here."""
+        if self._can_sleep and not self._asleep:
+            self.llm.sleep(level=2)
+            self._asleep = {"weights", "kv_cache"}
 
-    def wake(self) -> None:
-        if self._sleeping:
-            self.llm.wake_up()
-            self._sleeping = False
+    def wake(self, tags: tuple[str, ...] | None = None) -> None:
+        """Wake what `tags` names ("weights", "kv_cache"; None = both) of a sleeping engine, in wake_order."""
+        for step in wake_order(self._asleep, tags):
+            if step == "release":
+                release_cached_memory()
+            else:
+                self.llm.wake_up(tags=[step])
+                self._asleep.discard(step)
 
     # --- generation -------------------------------------------------------------------------------
 
@@ -486,6 +505,15 @@ class VLLMEngine(Engine):
         Raises:
             ValueError: an empty probe, or one longer than max_model_len - 1.
         """
+        engine_lp = self.probe_logprobs(prompt_ids, response_ids)  # (T,)
+        trainer_lp = forward.sequence_logprobs(model, list(prompt_ids), list(response_ids))  # (T,)
+        return float((engine_lp - trainer_lp.double().cpu()).abs().max())
+
+    def probe_logprobs(self, prompt_ids: list[int], response_ids: list[int]) -> torch.Tensor:
+        """(T,) float64: the engine's log-probs of response_ids after prompt_ids (prompt_logprobs, raw logits).
+
+        Raises ValueError: an empty probe, or one longer than max_model_len - 1.
+        """
         from vllm import SamplingParams as VSamplingParams
         from vllm import TokensPrompt
 
@@ -498,14 +526,12 @@ class VLLMEngine(Engine):
         probe = VSamplingParams(n=1, max_tokens=1, temperature=0.0, prompt_logprobs=0, detokenize=False)
         out = self.llm.generate([TokensPrompt(prompt_token_ids=seq)], probe, use_tqdm=False)[0]
         P = len(prompt_ids)
-        engine_lp = torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)])  # (T,)
-
-        trainer_lp = forward.sequence_logprobs(model, seq[:P], seq[P:])  # (T,)
-        return float((engine_lp - trainer_lp.cpu()).abs().max())
+        return torch.tensor([out.prompt_logprobs[P + i][t].logprob for i, t in enumerate(response_ids)],
+                            dtype=torch.float64)  # (T,)
 
     def check_sync(self, model, prompt_ids: list[int], response_ids: list[int], *, atol: float | None = None) -> float:
-        """`sync_gap`, raising WeightSyncError above atol (default `sync_atol`); returns the gap."""
-        atol = atol if atol is not None else self.sync_atol
+        """`sync_gap`, raising WeightSyncError above atol (default 1e-4 in fp32, 2e-2 otherwise); returns the gap."""
+        atol = atol if atol is not None else (1e-4 if str(self.dtype).removeprefix("torch.") == "float32" else 2e-2)
         return check_gap(self.sync_gap(model, prompt_ids, response_ids), atol, "engine log-probs differ from the trainer's",
                          f" at policy_version {self.policy_version}: the last sync_weights did not take effect (or the "
                          "dtypes differ)")
@@ -528,7 +554,46 @@ class VLLMEngine(Engine):
                 client.shutdown()  # detaches its finalizer: nothing runs again at exit
             del llm, client
             gc.collect()
+        release_cached_memory()  # the next engine of this process (eval.py frontier) needs the card's memory back
         self.group = None  # destroyed with the default group
+
+
+def launch_kwargs(tp: int, trainer_owns_group: bool, world: int, in_process: bool) -> dict:
+    """vllm.LLM's placement arguments: vLLM's external launcher whenever the trainer owns the default
+    process group (any tp), else none (vLLM's own single-process executor).
+
+    Under torchrun the single-process executor puts its engine on device index 0 unless the device
+    string names one, and sets that device for the whole process (vllm/v1/executor/uniproc_executor.py,
+    `_distributed_args`; the GPU worker's init_device): every rank's engine, and then the trainer's
+    current-device allocations, on GPU 0. The external launcher reads the rank and local rank that
+    torchrun (or distributed.single_process_env) sets, as TRL's colocate mode does at any tp
+    (trl/generation/vllm_generation.py); ranks beyond tp become vLLM's external data parallelism.
+
+    Raises ValueError: tp > 1 outside torchrun, not dividing the world, or with the engine out of process.
+    """
+    if tp > 1 and (world % tp or not in_process or not trainer_owns_group):
+        raise ValueError(f"--vllm_tp {tp} needs torchrun with a multiple of {tp} processes (got {world}) "
+                         "and the engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0)")
+    if not trainer_owns_group or not in_process:  # no torchrun group, or an engine core in a process of its own
+        return {}
+    return {"tensor_parallel_size": tp, "distributed_executor_backend": "external_launcher"}
+
+
+def wake_order(asleep: set[str], tags: tuple[str, ...] | None) -> list[str]:
+    """The steps that wake `tags` (None = both) of a sleeping engine: "release" (the trainer's cached
+    blocks given back to the driver), then each tag. vLLM maps its memory outside PyTorch's caching
+    allocator, which keeps the trainer's freed activations reserved: verl and TRL empty the cache
+    before waking the weights, sync, then wake the KV cache (trl/generation/vllm_generation.py; verl's
+    fsdp_workers.py rollout_mode)."""
+    steps = [t for t in ("weights", "kv_cache") if t in asleep and (tags is None or t in tags)]
+    return ["release", *steps] if steps else []
+
+
+def release_cached_memory() -> None:
+    """torch.cuda.empty_cache() on CUDA (the caching allocator's free blocks back to the driver); else nothing."""
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
 
 
 def prompt_seed(seed: int, index: int) -> int:

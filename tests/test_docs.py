@@ -37,6 +37,9 @@ NOT_IN_THESE_RUNS = {
     "groups/exhausted": "only in a step whose dynamic-sampling round budget ran out",
     "policy/nonfinite_grad_steps": "only after an optimizer step skipped for a non-finite gradient",
     "sync/logprob_gap": "the vLLM engine's check after a weight sync",
+    "sync/logprob_gap_mean": "the vLLM engine's check after a weight sync",
+    "sync/logprob_gap_before": "the vLLM engine's check after a weight sync",
+    "sync/logprob_gap_bar": "the vLLM engine's check after a weight sync",
     "greedy_pass@1": "eval.py --greedy true", "greedy_gen_seconds": "eval.py --greedy true",
 }
 

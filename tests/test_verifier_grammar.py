@@ -267,6 +267,9 @@ TRAILING_SPACING = [
     ("Answer: 24 \\\\", "25", False, "wrong"),
     ("Answer: 24 \\\\ 25", "24", False, "malformed"),  # a line break between two values
     ("Answer: 24!", "24", False, "malformed"),  # a factorial, not punctuation
+    ("Answer: 185\\", "185", True, "ok"),  # a lone backslash left at the very end
+    ("Answer: $185$\\", "185", True, "ok"),
+    ("Answer: 18\\5", "185", False, "malformed"),  # a backslash inside the value is not spacing
 ]
 
 # G2: "{,}" digit groups with stray spaces (the official rule reads these right)

@@ -42,6 +42,10 @@ from plumbing.vllm_engine import VLLMEngine  # noqa: E402
 from tasks import tiny, tiny_base  # noqa: E402
 
 torch.set_num_threads(1)
+CUDA = torch.cuda.is_available()
+# On GPU an in-process engine keeps its share of the card until its process ends (vllm-project/vllm#21073): the
+# module's engine takes an explicit share, and every train.py run gets a process of its own (_train).
+GPU_SHARE = 0.25
 MAX_MODEL_LEN = 256
 TEMPERATURE = 0.7  # not 1.0, so that a sampler returning pre-temperature log-probs would fail test 1
 QUESTIONS = ["What is 12+34?", "What is 7+805?", "What is 99+1?"]
@@ -64,7 +68,8 @@ def hf_policy(model_dir):
 
 @pytest.fixture(scope="module")
 def engine(model_dir, hf_policy):
-    eng = VLLMEngine(model_dir, hf_policy[1], seed=0, max_model_len=MAX_MODEL_LEN)
+    eng = VLLMEngine(model_dir, hf_policy[1], seed=0, max_model_len=MAX_MODEL_LEN,
+                     gpu_memory_utilization=GPU_SHARE if CUDA else None)
     yield eng
     eng.close()
 
@@ -304,11 +309,22 @@ VLLM_RUN = ["--engine", "vllm", "--steps", "2", "--eval_limit", "8", "--eval_k",
             "--gen_prompts_per_round", "12", "--mini_batch_size", "32", "--probe_every", "0", "--run_id", "t"]
 
 
+def _train(argv: list[str]) -> None:
+    """train.main(argv): in this process on the CPU; on GPU in a process of its own (one engine per process)."""
+    if not CUDA:
+        train.main(argv)
+        return
+    import subprocess
+
+    out = subprocess.run([sys.executable, "train.py", *argv], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert out.returncode == 0, out.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory):
     """Two steps of the loop with --engine vllm, each round in 2 prompt shards."""
     run = tmp_path_factory.mktemp("vllm") / "v"
-    train.main(["--run_dir", str(run), "--gen_shards", "2", *VLLM_RUN])
+    _train(["--run_dir", str(run), "--gen_shards", "2", *VLLM_RUN])
     return run
 
 
@@ -324,8 +340,8 @@ def test_training_loop_two_steps_with_vllm(vllm_run):
     metrics, records = _jsonl(vllm_run / "metrics.jsonl"), _jsonl(vllm_run / "rollouts.jsonl")
     assert len(metrics) == 2 and {r["engine"] for r in records} == {"vllm"}
     assert {r["policy_version"] for r in records} == {0, 1}
-    for m in metrics:
-        assert m["sampler/logprob_absdiff_max"] < 1e-3  # synced weights: sampler and trainer agree
+    for m in metrics:  # synced weights: sampler and trainer agree (on GPU both compute in bf16: a mean bound)
+        assert m["sampler/logprob_absdiff_mean"] < 0.05 if CUDA else m["sampler/logprob_absdiff_max"] < 1e-3
         assert m["time/weight_sync"] > 0
 
 
@@ -334,8 +350,10 @@ def test_a_pool_of_two_vllm_workers_at_lag_0_reproduces_the_inline_loop(vllm_run
     learner's weights by broadcast: the inline loop's rollouts and final weights, exactly."""
     from safetensors.torch import load_file
 
+    if CUDA and torch.cuda.device_count() < 3:
+        pytest.skip(f"a learner and two workers need 3 GPUs, found {torch.cuda.device_count()}")
     pool = tmp_path / "pool"
-    train.main(["--run_dir", str(pool), "--generator_process", "true", "--generator_workers", "2", *VLLM_RUN])
+    _train(["--run_dir", str(pool), "--generator_process", "true", "--generator_workers", "2", *VLLM_RUN])
     drop = ("time/", "perf/", "memory/", "async/", "sync/", "gen_wall_s", "lag_s", "admission", "gen_group")
     for name in ("metrics.jsonl", "rollouts.jsonl"):
         a, b = ([{k: v for k, v in r.items() if not k.startswith(drop)} for r in _jsonl(run / name)] for run in (vllm_run, pool))

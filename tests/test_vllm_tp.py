@@ -1,11 +1,12 @@
 """vLLM tensor parallelism inside a torchrun job (--vllm_tp), on CPU with gloo: same rollouts, same weights, clean exits.
 
-Skipped as a whole when `import vllm` fails. Three runs of `train.py --engine vllm` on the tiny
+Skipped as a whole when `import vllm` fails. Four runs of `train.py --engine vllm` on the tiny
 model, all with --gen_shards 2 (each generation round's prompts cut into two shards, each with its
-own seed), so all three must draw the same rollouts:
+own seed), so all four must draw the same rollouts:
   * the reference: 1 process, one engine, 3 steps, a checkpoint after each;
   * 4 processes, two tensor-parallel engines of 2 ranks each ([0, 1] and [2, 3]), one shard
     each, 2 steps;
+  * 2 processes at --vllm_tp 1, an engine per rank through vLLM's external launcher, 2 steps;
   * 2 processes, one tensor-parallel engine of both ranks (both shards on it), stopped by SIGTERM
     sent to torchrun once the first step is logged: the step in flight finishes, a checkpoint is
     written and the workers exit cleanly.
@@ -13,7 +14,7 @@ Each must match the reference's rollout records (except which group generated th
 (within 1e-5 at lr 1e-5, the bar of tests/test_distributed.py), pass the engine-vs-trainer
 log-prob check after every weight sync, print no traceback, and print none of the harmless vLLM
 messages the engine quiets. The ranks of a group being given different seeds or prompts is
-tested in tests/test_distributed.py and tests/test_train.py. About 5-6 minutes on 2 CPU cores.
+tested in tests/test_distributed.py and tests/test_train.py. About 6-7 minutes on 2 CPU cores.
 
 Run (in a venv with vLLM, README "Install"): OMP_NUM_THREADS=1 python -m pytest -q tests/test_vllm_tp.py
 """
@@ -112,6 +113,18 @@ def test_two_tp_groups_on_four_processes_equal_one_process(reference, tmp_path):
     _assert_clean(out.stderr)  # no "Invalid process group specified" (or any traceback) at exit
     records = _jsonl(run / "rollouts.jsonl")
     assert {r["gen_group"] for r in records} == {0, 1} and all(r["gen_group"] == r["gen_shard"] for r in records)
+    _assert_same_run(reference, run, 2, load_file(run / "final/model.safetensors"), tmp_path)
+
+
+def test_tp1_on_two_processes_takes_the_external_launcher_and_equals_one_process(reference, tmp_path):
+    """--vllm_tp 1 under torchrun: every rank's engine is built by vLLM's external launcher (on GPU its own
+    executor would put them all on GPU 0: vllm_engine.launch_kwargs), one engine per rank, the same run."""
+    run = tmp_path / "two"
+    out = subprocess.run([*TORCHRUN, "--nproc_per_node=2", "train.py", *ARGS, "--vllm_tp", "1", "--steps", "2",
+                          "--run_dir", str(run)], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    _assert_clean(out.stderr)
+    assert {r["gen_group"] for r in _jsonl(run / "rollouts.jsonl")} == {0, 1}
     _assert_same_run(reference, run, 2, load_file(run / "final/model.safetensors"), tmp_path)
 
 
