@@ -541,6 +541,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     distributed.seed_everything(cfg.seed, cfg.threads)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
+    runlog.check_resume(cfg, dist)  # so does a damaged checkpoint
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg)
     forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention

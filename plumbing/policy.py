@@ -265,6 +265,7 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     if name == "hf":
         engine = rollout.HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
     else:
+        loading.check_weight_files(model_dir)  # vLLM reads the files itself: a damaged one is named here first
         kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
         if getattr(device, "type", device) == "cuda":
             # Colocated: the engine sleeps (weights to CPU, KV cache freed) while the trainer works.
