@@ -78,10 +78,12 @@ silent stops the learner with that error (no hang); found at `publish`, the loop
 the step it has just trained (`failed`), then the pool is killed. The workers ignore SIGINT/SIGTERM
 (the learner finishes its step, checkpoints, then stops them) and exit whenever the learner is
 gone, so killing the learner (even with SIGKILL) leaves no worker and no multiprocessing resource
-tracker behind. Resume: batches queued or in the making at a checkpoint are dropped and regenerated
-after --resume from the checkpoint's weights and data position, so every prompt is still used
-once, in order, and the counters continue; the regenerated batches come from newer weights than
-the lost ones did, so an interrupted asynchronous run is not bit-identical to an uninterrupted one.
+tracker behind. A worker ends by os._exit once all it owes is sent, never through the interpreter's
+finalization, which can abort (`_end`). Resume: batches queued or in the making at a checkpoint are
+dropped and regenerated after --resume from the checkpoint's weights and data position, so every
+prompt is still used once, in order, and the counters continue; the regenerated batches come from
+newer weights than the lost ones did, so an interrupted asynchronous run is not bit-identical to an
+uninterrupted one.
 """
 
 from __future__ import annotations
@@ -449,15 +451,31 @@ def _exit_with_the_learner() -> Callable[[], str | None]:
     return lambda: None if parent.is_alive() else f"the learner (pid {parent.pid}) is gone"
 
 
-def _heartbeat(control: Control, c: int) -> None:
+def _heartbeat(control: Control, c: int) -> Callable[[], None]:
     """A thread that adds 1 to worker c's heartbeat every HEARTBEAT_S while this process runs and
-    its interpreter is not held (the learner's hang check, AsyncGenerator._trouble)."""
-    def beat() -> None:
-        while True:
-            control.beat(c)
-            time.sleep(transport.HEARTBEAT_S)
+    its interpreter is not held (the learner's hang check, AsyncGenerator._trouble); returns stop(),
+    which ends the thread and waits for it (`_end`: a beat must never be in flight at the end)."""
+    stopped = threading.Event()
 
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+    def beat() -> None:
+        while not stopped.is_set():
+            control.beat(c)
+            stopped.wait(transport.HEARTBEAT_S)
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    return lambda: (stopped.set(), thread.join())
+
+
+def _end(code: int, stop_heartbeat: Callable[[], None]) -> None:
+    """End a worker past the interpreter's finalization (heartbeat joined, stdio flushed, os._exit), which
+    can abort here: it ends a daemon thread that asks for the GIL by pthread_exit, which cannot unwind
+    through torch's C++ (the heartbeat's tensor op): "terminate called without an active exception",
+    exit -6 after a good run (pytorch/pytorch#38228, python/cpython#87135). All the learner needs is sent."""
+    stop_heartbeat()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 class _Sender:
@@ -493,7 +511,7 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     learner_gone = _exit_with_the_learner()
     control = Control(control_t)
-    _heartbeat(control, c)
+    stop_heartbeat = _heartbeat(control, c)
     sender = _Sender(conn)
     s = pickle.loads(startup.numpy().tobytes())
     try:
@@ -504,13 +522,19 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
             os._exit(EXIT_LEARNER_GONE)
         sender.put(("failure" if isinstance(e, PeerGone) else "error", str(e)))  # PeerGone: a peer's trouble
         sender.flush(control)
-        raise SystemExit(2) from None
-    except Exception:  # a bug, or a collective among the workers that failed: the learner shows the traceback
-        if learner_gone():
+        _end(2, stop_heartbeat)
+    except Exception as e:  # a bug, or a collective among the workers that failed (a peer died): the learner
+        if learner_gone():  # names the cause, with this traceback when it is this worker's own
             os._exit(EXIT_LEARNER_GONE)
         sender.put(("failure", traceback.format_exc(limit=8)))
         sender.flush(control)
-        raise
+        if os.environ.get(cli.DEBUG_ENV, "") in ("", "0"):  # one line; the traceback with DAPO_DEBUG=1
+            print(f"[generator worker {c}] stopped: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}",
+                  file=sys.stderr)
+        else:
+            traceback.print_exc()
+        _end(1, stop_heartbeat)
+    _end(0, stop_heartbeat)
 
 
 def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, sender: _Sender, learner_gone) -> None:
