@@ -78,12 +78,11 @@ silent stops the learner with that error (no hang); found at `publish`, the loop
 the step it has just trained (`failed`), then the pool is killed. The workers ignore SIGINT/SIGTERM
 (the learner finishes its step, checkpoints, then stops them) and exit whenever the learner is
 gone, so killing the learner (even with SIGKILL) leaves no worker and no multiprocessing resource
-tracker behind. A worker ends by os._exit once all it owes is sent, never through the interpreter's
-finalization, which can abort (`_end`). Resume: batches queued or in the making at a checkpoint are
-dropped and regenerated after --resume from the checkpoint's weights and data position, so every
-prompt is still used once, in order, and the counters continue; the regenerated batches come from
-newer weights than the lost ones did, so an interrupted asynchronous run is not bit-identical to an
-uninterrupted one.
+tracker behind; a worker's own end is os._exit once all is sent (`_end`: finalization can abort).
+Resume: batches queued or in the making at a checkpoint are dropped and regenerated after --resume
+from the checkpoint's weights and data position, so every prompt is still used once, in order, and
+the counters continue; the regenerated batches come from newer weights than the lost ones did, so
+an interrupted asynchronous run is not bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -528,11 +527,9 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
             os._exit(EXIT_LEARNER_GONE)
         sender.put(("failure", traceback.format_exc(limit=8)))
         sender.flush(control)
-        if os.environ.get(cli.DEBUG_ENV, "") in ("", "0"):  # one line; the traceback with DAPO_DEBUG=1
-            print(f"[generator worker {c}] stopped: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}",
-                  file=sys.stderr)
-        else:
-            traceback.print_exc()
+        debug = os.environ.get(cli.DEBUG_ENV, "") not in ("", "0")  # one line; the traceback with DAPO_DEBUG=1
+        print(traceback.format_exc().rstrip() if debug else f"[generator worker {c}] stopped: {type(e).__name__}: "
+              f"{(str(e).strip().splitlines() or [''])[0]}", file=sys.stderr)
         _end(1, stop_heartbeat)
     _end(0, stop_heartbeat)
 

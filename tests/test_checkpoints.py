@@ -238,3 +238,48 @@ def test_a_damaged_final_model_given_to_eval_names_the_file(run_copy, capsys, ki
         assert lines[0].startswith(f"error: weights file {run_copy / 'final' / 'model-00002-of-00002.safetensors'} is "
                                    "missing"), lines[0]
     assert "--resume latest, which writes final/ from its last checkpoint" in lines[0]
+
+
+_RANKS_SCRIPT = """
+import json, sys, torch
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import train
+from plumbing import checkpoints, distributed, policy
+torch.set_num_threads(1)
+cfg = train.Config(bf16=False)
+dist, device = distributed.init_distributed("cpu")
+model = policy.load_model("", device, world=dist.world, fsdp=cfg)  # FSDP2 shards on 2 ranks
+optimizer, scheduler = policy.make_optimizer(model, cfg)
+run = Path(sys.argv[2]) / "run"
+ckpt = checkpoints.save_checkpoint(run, 1, model, optimizer, scheduler, {}, {}, dist, keep=2)
+checkpoints.check_checkpoint(ckpt, dist)  # sound: every rank checks its share and agrees
+manifest = json.loads((ckpt / "checksums.json").read_text())
+if dist.main:  # alter the shard file the last rank checks (files r, r + world, ...)
+    name = sorted(manifest["sha256"])[dist.world - 1]
+    with open(ckpt / name, "r+b") as f:
+        f.seek(manifest["bytes"][name] // 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 1]))
+distributed.barrier(dist)
+try:
+    checkpoints.check_checkpoint(ckpt, dist)
+    print(f"RANK {dist.rank} accepted")
+except checkpoints.CheckpointDamaged as e:
+    print(f"RANK {dist.rank} refused: {sorted(manifest['sha256'])} {e}")
+distributed.close_distributed(dist)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="torchrun with gloo needs a POSIX system")
+def test_two_ranks_write_hash_and_check_their_shares_and_refuse_together(tmp_path, one_and_two_ranks):
+    """Under torchrun every rank hashes and checks its share of the files: a byte altered in the file only the
+    last rank checks is refused on every rank with the same line (no rank left waiting in a collective)."""
+    out = one_and_two_ranks(_RANKS_SCRIPT, tmp_path)
+    for world, stdout in (("one", out["one"]), ("two", out["two"])):
+        lines = sorted(l for l in stdout.splitlines() if l.startswith("RANK "))
+        assert len(lines) == (1 if world == "one" else 2), stdout
+        assert all(" refused: " in l and "does not match its sha256 in checksums.json" in l for l in lines), lines
+        assert len({l.split(" ", 2)[2] for l in lines}) == 1  # the same line on every rank
+    assert "__1_0.distcp" in out["two"] and "__0_0.distcp" in out["two"]  # two ranks wrote two shard files
