@@ -303,10 +303,10 @@ def check_ids(rows: list[Problem], name: str) -> None:
 
     Raises ValueError naming the first few ids and both rows of each (positions among the rows read).
     """
-    first: dict[str, tuple[int, str]] = {}
+    first: dict[str, tuple[int, tuple]] = {}
     clashes: dict[str, tuple[int, int]] = {}
     for i, p in enumerate(rows):
-        key = json.dumps([p.messages, p.answer, p.bare], sort_keys=True)
+        key = (tuple((m.get("role"), m["content"]) for m in p.messages), p.answer, p.bare)
         j, seen = first.setdefault(p.id, (i, key))
         if seen != key and p.id not in clashes:
             clashes[p.id] = (j, i)
@@ -354,8 +354,13 @@ def round_trip(task: Task, problems: list[Problem], tokenizer, cfg, name: str) -
 
 
 def _through(tokenizer, texts: list[str]) -> list[str]:
-    """Each text encoded and decoded again, exactly (no clean-up of spaces); a fast tokenizer's own batch
-    calls, which do what its transformers wrappers do in a sixth of the time (20,000 tiny prompts: 0.3 s)."""
+    """Each text encoded and decoded again, exactly (no clean-up of spaces), each distinct text once (DAPO-Math-17k
+    repeats its rows); a fast tokenizer's own batch calls, which do what its transformers wrappers do in a sixth
+    of the time."""
+    distinct = list(dict.fromkeys(texts))
+    if len(distinct) < len(texts):
+        back = dict(zip(distinct, _through(tokenizer, distinct)))
+        return [back[t] for t in texts]
     if getattr(tokenizer, "is_fast", False):
         fast = tokenizer.backend_tokenizer
         return fast.decode_batch([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)],
