@@ -12,7 +12,8 @@ can ignore most of it: with one process every collective below is a no-op.
     generator.py    generation in a pool of processes beside the learner (--max_policy_lag)
     transport.py    how the learner and its generator workers signal each other and pass weights
     vllm_engine.py  vLLM behind rollout.Engine
-    runlog.py       the run directory: metrics and rollout logs, checkpoints and resume, signals
+    runlog.py       the run directory: metrics and rollout logs, resume, signals, the end of a run
+    checkpoints.py  resumable checkpoints: written atomically with checksums, checked before a resume
     cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
 
 Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);
