@@ -126,7 +126,7 @@ def group_advantages(
         raise ValueError(f"rewards must be 1-D (B,), got shape {tuple(rewards.shape)}")
     n_groups = _check_group_size(rewards.numel(), group_size, "rewards")
     if not torch.isfinite(rewards).all():
-        raise ValueError("rewards contain NaN or inf: check the verifier and the overlong penalty")
+        raise ValueError("rewards contain NaN or inf: check the task's score, the verifier and the overlong penalty")
     r = rewards.view(n_groups, group_size)  # (n_groups, G)
     centred = r - r.mean(dim=1, keepdim=True)  # (n_groups, G)
     if scale_by_std:

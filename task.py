@@ -273,8 +273,11 @@ class Task:
         A prompt over --max_prompt_len tokens stops here under --prompt_truncation error (the
         default), is dropped and counted under skip, and was already cut under left.
 
+        Every id must name one problem (check_ids); prompts the tokenizer changes are counted and
+        reported (round_trip).
+
         Raises:
-            ValueError: as `read`; a prompt too long under "error"; no prompt fits.
+            ValueError: as `read`; an id on different rows; a prompt too long under "error"; no prompt fits.
         """
         verifier.prepare(cfg.verifier)  # math mode: its checker processes start now, while the data and model load
         try:
@@ -283,7 +286,9 @@ class Task:
             if not flag:
                 raise
             raise (FileNotFoundError if isinstance(e, FileNotFoundError) else ValueError)(f"{flag} {spec!r}: {e}") from e
+        check_ids(rows, name)
         problems = dedupe_by_id(rows)[: limit or None] if held_out else rows
+        changed = round_trip(self, problems, tokenizer, cfg, name)
         repeats = Counter(Counter(p.id for p in rows).values())  # {rows per id: how many ids}
         info = {"dataset_rows": len(rows),
                 "rows_per_problem": next(iter(repeats)) if len(repeats) == 1 else {str(c): n for c, n in sorted(repeats.items())}}
@@ -303,7 +308,8 @@ class Task:
             print(f"[data] skipped {len(too_long)} prompt(s) longer than {cfg.max_prompt_len} tokens", file=sys.stderr)
         if not kept:
             raise ValueError(f"no prompt of {name} fits --max_prompt_len {cfg.max_prompt_len}")
-        return Dataset(kept, ids, name, data_hash, {**info, "prompts_skipped": len(too_long)})
+        return Dataset(kept, ids, name, data_hash, {**info, "prompts_skipped": len(too_long),
+                                                    "prompts_changed_by_tokenizer": changed})
 
     def template_hash(self, tokenizer, cfg) -> str:
         """Hash of everything that turns a problem into prompt text (recorded with every rollout)."""
@@ -440,3 +446,95 @@ def _read_jsonl(path: Path) -> tuple[list[Problem], list[str]]:
             bare = not isinstance(row.get("prompt"), str)  # a full prompt is used as it is
             problems.append(Problem(str(row.get("id", i)), [{"role": "user", "content": text}], gt.strip(), bare))
     return problems, bad
+
+
+# --- checks of the problems as read ----------------------------------------------------------------
+
+
+def check_ids(rows: list[Problem], name: str) -> None:
+    """Refuse one id on rows that differ in problem or answer (training would record both under it, evaluation
+    would keep the first). Identical repeated rows are fine: the official AIME file holds each problem 32 times.
+
+    Raises ValueError naming the first few ids and both rows of each (positions among the rows read).
+    """
+    first: dict[str, tuple[int, tuple]] = {}
+    clashes: dict[str, tuple[int, int]] = {}
+    for i, p in enumerate(rows):
+        key = (tuple((m.get("role"), m["content"]) for m in p.messages), p.answer, p.bare)
+        j, seen = first.setdefault(p.id, (i, key))
+        if seen != key and p.id not in clashes:
+            clashes[p.id] = (j, i)
+    if clashes:
+        show = lambda k: f"{k} ({_excerpt(rows[k].messages[-1]['content'])!r}, answer {rows[k].answer!r})"  # noqa: E731
+        raise ValueError(f"{len(clashes)} id(s) of {name} name different rows, which training would record under one id "
+                         "and evaluation would reduce to the first; first: " + "; ".join(
+                             f"id {pid!r}: rows {show(i)} and {show(j)}" for pid, (i, j) in list(clashes.items())[:3])
+                         + ". Give each problem its own id (JSONL: the `id` field; parquet: extra_info.index)")
+
+
+def round_trip(task: Task, problems: list[Problem], tokenizer, cfg, name: str) -> int:
+    """How many prompts the tokenizer changes (text -> tokens -> text), reported on one line of stderr.
+
+    A tokenizer without an unknown token drops what it cannot write (the tiny tokenizer turns
+    `What is 12x34?` with a multiplication sign into `What is 1234?`): the model is then trained
+    and scored on another text than the data's. The line counts the prompts changed in the
+    problem's own text and those changed only around it (the instruction of task.messages, e.g.
+    the official one's quotes), names the first few with the change, and the characters the
+    tokenizer cannot write. Reported, not refused: a tokenizer lacking a script changes every row
+    of a dataset (the tiny one drops the LaTeX backslashes of every AIME problem), and refusing
+    would forbid the run outright; a byte-level tokenizer changes nothing. The chat template's own
+    text is the model's and is not checked.
+    """
+    contents = [[m["content"] for m in task.messages(p, cfg)] for p in problems]
+    back = iter(_through(tokenizer, [c for cs in contents for c in cs]))
+    changed = [i for i, cs in enumerate(contents) if [next(back) for _ in cs] != cs]
+    if not changed:
+        return 0
+    own = [[m["content"] for m in problems[i].messages] for i in changed]
+    back = iter(_through(tokenizer, [c for cs in own for c in cs]))
+    first = {}  # problem index: (its first changed text of its own, what came back)
+    for i, cs in zip(changed, own):
+        pairs = [(c, next(back)) for c in cs]  # every text: the iterator stays in step
+        first.update({i: pair for pair in pairs[::-1] if pair[0] != pair[1]})  # reversed: the first change wins
+    shown = list(first)[:3] or changed[:1]
+    named = "; ".join(f"problem {problems[i].id}: " + " becomes ".join(map(repr, _excerpt_pair(*first[i]))) if i in first
+                      else f"problem {problems[i].id} (around its text)" for i in shown)
+    lost = _lost(tokenizer, [c for i in changed[:64] for c in contents[i]])
+    print(f"[data] {len(changed)} of {len(problems)} prompts of {name} change in the tokenizer's round trip, and the model "
+          f"sees the changed text: {len(first)} in the problem's own text, {len(changed) - len(first)} only around it (the "
+          f"instruction); first: {named}" + (f". Characters the tokenizer cannot write: {lost}" if lost else "")
+          + ". A tokenizer that covers them changes nothing (a byte-level BPE covers every character)", file=sys.stderr)
+    return len(changed)
+
+
+def _through(tokenizer, texts: list[str]) -> list[str]:
+    """Each text encoded and decoded again, exactly (no clean-up of spaces), each distinct text once (DAPO-Math-17k
+    repeats its rows); a fast tokenizer's own batch calls, which do what its transformers wrappers do in a sixth
+    of the time."""
+    distinct = list(dict.fromkeys(texts))
+    if len(distinct) < len(texts):
+        back = dict(zip(distinct, _through(tokenizer, distinct)))
+        return [back[t] for t in texts]
+    if getattr(tokenizer, "is_fast", False):
+        fast = tokenizer.backend_tokenizer
+        return fast.decode_batch([e.ids for e in fast.encode_batch(texts, add_special_tokens=False)],
+                                 skip_special_tokens=False)
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    return tokenizer.batch_decode(ids, clean_up_tokenization_spaces=False)
+
+
+def _lost(tokenizer, texts: list[str]) -> str:
+    """The characters of `texts` that do not survive the tokenizer alone, as a list of reprs ('' when none)."""
+    chars = sorted({ch for t in texts for ch in t})
+    return ", ".join(repr(ch) for ch, after in zip(chars, _through(tokenizer, chars)) if ch != after)
+
+
+def _excerpt(text: str, width: int = 60) -> str:
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _excerpt_pair(text: str, after: str, reach: int = 30) -> tuple[str, str]:
+    """The two texts around their first difference, at most `reach` characters either side of it."""
+    i = next((k for k, (a, b) in enumerate(zip(text, after)) if a != b), min(len(text), len(after)))
+    cut = lambda t: ("..." if i > reach else "") + t[max(i - reach, 0) : i + reach] + ("..." if len(t) > i + reach else "")  # noqa: E731
+    return cut(text), cut(after)

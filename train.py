@@ -43,7 +43,6 @@ import torch
 import dapo
 import eval as ev  # measuring a model (`ev`, not `eval`: the name would shadow the builtin)
 import rollout
-import verifier
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task, task_of
 from tasks import arith
@@ -295,19 +294,6 @@ class Group:
     lag_s: float = 0.0  # seconds from done_at to the step that trained on it
     exact_form: list = dataclasses.field(default_factory=list)  # (G,) bool: the response ends in exactly "Answer: N"
 
-    def to_json(self) -> dict:
-        """The group as JSON (a checkpoint's staleness buffer)."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {**d, "problem": dataclasses.asdict(self.problem), "samples": [dataclasses.asdict(x) for x in self.samples],
-                "scores": [dataclasses.asdict(x) for x in self.scores],
-                **{k: d[k].tolist() for k in ("reward_overlong", "reward", "correct")}}
-
-    @classmethod
-    def from_json(cls, d: dict) -> Group:
-        return cls(**{**d, "problem": Problem(**d["problem"]), "samples": [Sample(**x) for x in d["samples"]],
-                      "scores": [verifier.Score(**x) for x in d["scores"]],
-                      **{k: torch.tensor(d[k]) for k in ("reward_overlong", "reward", "correct")}})
-
 
 def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], cfg: Config, task: Task, tokenizer, *,
                 gen_round: int = 0, gen_wall_s: float = 0.0, group_id: str = "") -> Group:
@@ -315,6 +301,10 @@ def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], 
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
     scores = task.score(texts, problem, cfg)
     r_correct = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (G,)
+    if not torch.isfinite(r_correct).all():  # the verifier gives +-1: a forked task's score is the likely source
+        i = int((~torch.isfinite(r_correct)).nonzero()[0])
+        raise ValueError(f"{type(task).__name__}.score gave reward {scores[i].reward} to response {i} of problem {problem.id} "
+                         "(rewards must be finite; the task's score is the likely source): make it return finite rewards")
     lengths = torch.tensor([len(s.token_ids) for s in samples])  # (G,)
     if cfg.overlong_penalty:
         r_over = dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,
@@ -580,6 +570,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     distributed.seed_everything(cfg.seed, cfg.threads, offload=cfg.cpu_offload)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
+    runlog.check_resume(cfg, dist)  # so does a damaged checkpoint
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg,
                               shard=dist.sharded)

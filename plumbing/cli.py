@@ -165,8 +165,9 @@ def _config_rules(c, world: int, engine: str):
            f"--cispo_high must be >= 1, got {c.cispo_high}: the bounds are absolute (not offsets from 1), and a cap below 1 "
            "lowers the weight of every on-policy token; use 5 (ScaleRL)")
     yield (c.surrogate != "clip" and c.dual_clip,
-           f"--dual_clip caps the loss of the clip surrogate; --surrogate {c.surrogate} has none to cap (CISPO bounds its "
-           "weight by --cispo_high): pass --dual_clip 0")
+           f"--dual_clip caps the loss of the clip surrogate; --surrogate {c.surrogate} has none to cap ("
+           + ("CISPO bounds its weight by --cispo_high" if c.surrogate == "cispo" else "GSPO clips its sequence ratio to "
+              "[1 - --gspo_eps_low, 1 + --gspo_eps_high]") + "): pass --dual_clip 0")
     yield (c.surrogate == "gspo" and c.loss_agg != "seq-mean-token-mean",
            f"--surrogate gspo needs --loss_agg seq-mean-token-mean (GSPO's objective is a mean over responses), got "
            f"{c.loss_agg!r}: pass --loss_agg seq-mean-token-mean")

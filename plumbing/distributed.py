@@ -111,6 +111,11 @@ def broadcast_object(obj, dist: Dist):
     return box[0]
 
 
+def first_failure(failure: str | None, dist: Dist) -> str | None:
+    """The first rank's failure (a text, or None), on every rank (a collective): the ranks stop together or none does."""
+    return next((f for f in all_gather_objects(failure, dist) if f is not None), None)
+
+
 def all_reduce_sum(x: float, dist: Dist) -> float:
     """Sum of a number over all ranks, in float64 (a collective)."""
     return _all_reduce(x, dist, torch.distributed.ReduceOp.SUM)

@@ -79,10 +79,11 @@ silent stops the learner with that error (no hang); found at `publish`, the loop
 the step it has just trained (`failed`), then the pool is killed. The workers ignore SIGINT/SIGTERM
 (the learner finishes its step, checkpoints, then stops them) and exit whenever the learner is
 gone, so killing the learner (even with SIGKILL) leaves no worker and no multiprocessing resource
-tracker behind. Resume: batches queued or in the making at a checkpoint are dropped and regenerated
-after --resume from the checkpoint's weights and data position, so every prompt is still used
-once, in order, and the counters continue; the regenerated batches come from newer weights than
-the lost ones did, so an interrupted asynchronous run is not bit-identical to an uninterrupted one.
+tracker behind; a worker's own end is os._exit once all is sent (`_end`: finalization can abort).
+Resume: batches queued or in the making at a checkpoint are dropped and regenerated after --resume
+from the checkpoint's weights and data position, so every prompt is still used once, in order, and
+the counters continue; the regenerated batches come from newer weights than the lost ones did, so
+an interrupted asynchronous run is not bit-identical to an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ import torch.distributed as tdist
 import torch.multiprocessing as mp
 
 import rollout
-from plumbing import cli, distributed, policy, transport
+from plumbing import checkpoints, cli, distributed, policy, transport
 from task import PromptStream
 from plumbing.transport import GO, LOAD, PENDING, POLL_S, PRODUCED, QUIT, STOP, WAIT_S, Control, PeerGone
 
@@ -149,7 +150,7 @@ def make_source(cfg, task, model, engine, data, dist, start: int, resumed: dict 
                               probe_ids=data.prompt_ids[0] + data.prompt_ids[1 % len(data)])
     source = InlineSource(cfg, engine, data, dist)
     source.stream.position = position
-    source.buffer = [group_cls.from_json(d) for d in resumed["buffer"]] if resumed else []
+    source.buffer = checkpoints.buffer_of(resumed["buffer"], group_cls) if resumed else []
     return source
 
 
@@ -171,7 +172,7 @@ class InlineSource:
 
     def state(self) -> dict:
         """What a checkpoint needs to continue: the data position and the staleness buffer."""
-        return {"stream_position": self.stream.position, "buffer": [g.to_json() for g in self.buffer]}
+        return {"stream_position": self.stream.position, "buffer": checkpoints.buffer_state(self.buffer)}
 
     def __enter__(self):
         return self
@@ -442,15 +443,15 @@ def _exit_with_the_learner() -> Callable[[], str | None]:
     return lambda: None if parent.is_alive() else f"the learner (pid {parent.pid}) is gone"
 
 
-def _heartbeat(control: Control, c: int) -> None:
-    """A thread that adds 1 to worker c's heartbeat every HEARTBEAT_S while this process runs and
-    its interpreter is not held (the learner's hang check, AsyncGenerator._trouble)."""
-    def beat() -> None:
-        while True:
-            control.beat(c)
-            time.sleep(transport.HEARTBEAT_S)
-
-    threading.Thread(target=beat, name="heartbeat", daemon=True).start()
+def _end(code: int, stop_heartbeat: Callable[[], None]) -> None:
+    """End a worker past the interpreter's finalization (heartbeat joined, stdio flushed, os._exit), which
+    can abort here: it ends a daemon thread that asks for the GIL by pthread_exit, which cannot unwind
+    through torch's C++ (the heartbeat's tensor op): "terminate called without an active exception",
+    exit -6 after a good run (pytorch/pytorch#38228, python/cpython#87135). All the learner needs is sent."""
+    stop_heartbeat()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 class _Sender:
@@ -486,7 +487,7 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     learner_gone = _exit_with_the_learner()
     control = Control(control_t)
-    _heartbeat(control, c)
+    stop_heartbeat = transport.heartbeat(control, c)
     sender = _Sender(conn)
     s = pickle.loads(startup.numpy().tobytes())
     try:
@@ -497,13 +498,17 @@ def _worker_main(startup: torch.Tensor, control_t: torch.Tensor, weight_handles:
             os._exit(EXIT_LEARNER_GONE)
         sender.put(("failure" if isinstance(e, PeerGone) else "error", str(e)))  # PeerGone: a peer's trouble
         sender.flush(control)
-        raise SystemExit(2) from None
-    except Exception:  # a bug, or a collective among the workers that failed: the learner shows the traceback
-        if learner_gone():
+        _end(2, stop_heartbeat)
+    except Exception as e:  # a bug, or a collective among the workers that failed (a peer died): the learner
+        if learner_gone():  # names the cause, with this traceback when it is this worker's own
             os._exit(EXIT_LEARNER_GONE)
         sender.put(("failure", traceback.format_exc(limit=8)))
         sender.flush(control)
-        raise
+        debug = os.environ.get(cli.DEBUG_ENV, "") not in ("", "0")  # one line; the traceback with DAPO_DEBUG=1
+        print(traceback.format_exc().rstrip() if debug else f"[generator worker {c}] stopped: {type(e).__name__}: "
+              f"{(str(e).strip().splitlines() or [''])[0]}", file=sys.stderr)
+        _end(1, stop_heartbeat)
+    _end(0, stop_heartbeat)
 
 
 def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, sender: _Sender, learner_gone) -> None:

@@ -101,8 +101,39 @@ def weight_files(d: Path) -> list[Path]:
     return sorted(d.glob("*.safetensors"))
 
 
+def check_weight_files(path: str | Path) -> None:
+    """Every safetensors file of a model directory is there and exactly as long as its header says.
+
+    A truncated file (an interrupted copy, download or save) otherwise fails deep inside the
+    loader with a SafetensorError that names no file; a missing shard (named in the index) with a
+    bare FileNotFoundError. Reads only each file's header. (A same-size alteration passes: a model
+    directory carries no checksums; a resumable checkpoint does, plumbing/checkpoints.py.)
+
+    Raises:
+        FileNotFoundError / ValueError: the first missing or damaged file, named, with the fix.
+    """
+    fix = ("copy or save it again (a run's final/: run the run's command again with --resume latest, which writes "
+           "final/ from its last checkpoint without training a step)")
+    for f in weight_files(Path(path)):
+        if not f.is_file():
+            raise FileNotFoundError(f"weights file {f} is missing ({WEIGHTS_INDEX} names it): {fix}")
+        size, end = f.stat().st_size, None
+        with open(f, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            try:
+                header = json.loads(fh.read(n)) if 8 + n <= size else None
+                end = 8 + n + max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+            except (ValueError, TypeError, KeyError, AttributeError, IndexError):  # bytes that are not a header
+                pass
+        if end != size:
+            what = f"its header describes {end}" if end else "its header cannot be read"
+            raise ValueError(f"weights file {f} is damaged: it has {size} bytes, {what} (truncated?): {fix}")
+
+
 def checkpoint_tensors(path: str) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """{tensor name: (file name, shape)} of a directory's safetensors files, from their headers only."""
+    """{tensor name: (file name, shape)} of a directory's safetensors files, from their headers only
+    (check_weight_files first)."""
+    check_weight_files(path)
     out: dict[str, tuple[str, tuple[int, ...]]] = {}
     for f in weight_files(Path(path)):
         with safe_open(str(f), framework="pt") as st:

@@ -147,8 +147,33 @@ def load_tokenizer(path: str, *, trust_remote_code: bool = False):
         raise ValueError(f"tokenizer of {path} does not round-trip {probe!r}; it would corrupt prompts and answers")
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_vocabulary(tokenizer, path)
     tokenizer.padding_side = "left"  # set after construction, it is not saved by save_pretrained
     return tokenizer
+
+
+def check_vocabulary(tokenizer, path: str) -> None:
+    """Every special token (pad, EOS, ...) has an id inside the model's vocabulary (config.json's vocab_size).
+
+    A token added to a tokenizer (a pad token, most often) without resizing the model's embeddings
+    gets an id past them, and the first batch holding it fails inside the embedding lookup
+    (IndexError on CPU, a device-side assert on GPU). Checked before the model loads.
+
+    Raises ValueError naming the token and the fix.
+    """
+    config = Path(path) / "config.json"
+    c = json.loads(config.read_text()) if config.is_file() else {}
+    vocab = c.get("vocab_size") or (c.get("text_config") or {}).get("vocab_size")  # a multimodal config: its text model's
+    if not vocab:
+        return
+    named = [("pad", tokenizer.pad_token, tokenizer.pad_token_id), ("eos", tokenizer.eos_token, tokenizer.eos_token_id)]
+    for kind, token, i in named + [("special", t, i) for t, i in zip(tokenizer.all_special_tokens, tokenizer.all_special_ids)]:
+        if i is not None and i >= vocab:
+            raise ValueError(f"the tokenizer of {path} has its {kind} token {token!r} at id {i}, outside the model's vocabulary "
+                             f"of {vocab} embeddings (config.json vocab_size): the first batch holding it would fail in the "
+                             "embedding lookup. Resize the model to its tokenizer and save both (model.resize_token_embeddings("
+                             "len(tokenizer)), then save_pretrained), or use a token of the vocabulary (for padding: "
+                             "tokenizer.pad_token = tokenizer.eos_token)")
 
 
 def save_plain_tokenizer(tokenizer, out_dir: Path) -> None:
@@ -271,6 +296,7 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     if name == "hf":
         engine = rollout.HFEngine(model, tokenizer, max_batch=max_batch, return_logprobs=sampler_logprobs, synced_gpus=world > 1)
     else:
+        loading.check_weight_files(model_dir)  # vLLM reads the files itself: a damaged one is named here first
         kw = {"logprobs_mode": "raw_logprobs" if temperature == 1.0 else "processed_logprobs"}
         if getattr(device, "type", device) == "cuda":
             # Colocated: the engine sleeps (weights and KV cache dropped) while the trainer works.

@@ -6,7 +6,7 @@ Plumbing a learner may skip on first reading (with plumbing/policy.py). What a r
     metrics.jsonl          one line per rollout step (docs/metrics.md)
     rollouts.jsonl         one RolloutRecord per rollout, with its provenance (rollout.py)
     probe_rollouts.jsonl   the fixed probe set's rollouts
-    checkpoints/           resumable checkpoints (atomic; `latest` names the newest)
+    checkpoints/           resumable checkpoints (plumbing/checkpoints.py: atomic, checksummed; `latest` names the newest)
     final/                 the trained model in HF format, with dapo_run.json (what eval.py reads)
     summary.json           held-out before and after, the run's duration
     tb/                    TensorBoard events (--tensorboard true)
@@ -18,143 +18,25 @@ import dataclasses
 import datetime
 import json
 import math
-import os
-import random
 import resource
-import shutil
 import signal
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from safetensors import SafetensorError
 from tqdm import tqdm
 
 import rollout
 import verifier
 from rollout import RolloutWriter
+from plumbing import checkpoints
 from plumbing.cli import RunStopped
-from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, barrier, close_distributed
+from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, close_distributed, first_failure
 from plumbing.policy import save_hf
 from task import FORMAT_ERRORS
-from tasks import tiny
-
-
-# --- checkpoints --------------------------------------------------------------------------------
-
-
-def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state: dict, config: dict, dist: Dist,
-                    keep: int) -> Path:
-    """Atomic, resumable checkpoint after `step` completed rollout steps.
-
-    Model and optimizer go through torch.distributed.checkpoint (each rank writes its shards);
-    everything else (counters, data position, staleness buffer, RNG states, config) is JSON.
-    Written into a temporary directory renamed into place, so a crash mid-write never leaves a
-    checkpoint that loads wrongly; `latest` names the newest; only the newest `keep` are kept.
-    """
-    root = run_dir / "checkpoints"
-    final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
-    if dist.main:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-    barrier(dist)
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with warnings.catch_warnings():  # one process: DCP warns that it assumes a single process, which is right
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    if dist.main:
-        np_state = np.random.get_state()
-        trainer = {**state, "step": step, "config": config, "world_size": dist.world, "scheduler": scheduler.state_dict(),
-                   "rng": {"python": _jsonable(random.getstate()), "numpy": [np_state[0], np_state[1].tolist(), *np_state[2:]],
-                           "torch": torch.get_rng_state().tolist()}}
-        (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n")
-        shutil.rmtree(final, ignore_errors=True)
-        os.replace(tmp, final)
-        (root / "latest.tmp").write_text(final.name + "\n")
-        os.replace(root / "latest.tmp", root / "latest")
-        for old in sorted(p for p in root.glob("step_*") if not p.name.endswith(".tmp"))[:-keep]:
-            shutil.rmtree(old)
-    barrier(dist)
-    return final
-
-
-def find_checkpoint(run_dir: Path, resume: str) -> Path:
-    """The checkpoint directory --resume names: 'latest' (RUN_DIR/checkpoints/latest) or a path.
-
-    Raises FileNotFoundError naming the fix.
-    """
-    latest = run_dir / "checkpoints" / "latest"
-    if resume == "latest" and not latest.is_file():
-        raise FileNotFoundError(f"--resume latest: {run_dir} holds no checkpoint ({latest} is missing); pass the "
-                                "--run_dir of the run to continue, or a checkpoint directory, or drop --resume")
-    ckpt = run_dir / "checkpoints" / latest.read_text().strip() if resume == "latest" else Path(resume)
-    if not (ckpt / "trainer_state.json").exists():
-        raise FileNotFoundError(f"--resume {resume!r}: no checkpoint at {ckpt} (expected trainer_state.json)")
-    return ckpt
-
-
-def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defaults: dict, free: set,
-                    allow_change: bool, world: int = 1) -> dict:
-    """Restore model, optimizer, scheduler and RNG states; return the trainer state.
-
-    config: this run's config as a dict; defaults: the config class's defaults (a field added
-    after the checkpoint was written counts as its default); free: fields that may differ.
-    world: this run's number of processes. The shards of the checkpoint are resharded to it
-    (torch.distributed.checkpoint reads any layout), and a run on another number of processes
-    continues exactly when it generates the same prompt shards (gen_shards_of).
-
-    Raises:
-        ValueError: the config differs from the checkpoint's (outside `free`) and not allow_change,
-            or this number of processes would cut generation rounds into other shards.
-    """
-    trainer = json.loads((path / "trainer_state.json").read_text())
-    saved = {**defaults, **tiny.upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
-    saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
-    shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
-    if shards != saved_shards:
-        raise ValueError(f"checkpoint {path} was written by {saved_world} processes cutting each generation round into "
-                         f"{saved_shards} prompt shards; this run ({world} processes) would cut {shards}, and the rollouts would "
-                         f"differ from the saved run's. Pass --gen_shards {saved_shards} (any number of processes then "
-                         f"continues exactly), or resume with {saved_world} processes")
-    free = free | {"gen_shards"}  # 0 and its explicit value are the same shards (checked above)
-    diff = {k: (saved.get(k), v) for k, v in config.items() if k not in free and saved.get(k) != v}
-    if diff and not allow_change:
-        raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
-                         "settings, or pass --resume_allow_config_change true")
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(sd, checkpoint_id=str(path))
-    set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
-    scheduler.load_state_dict(trainer["scheduler"])
-    rng = trainer["rng"]
-    random.setstate(_tuplify(rng["python"]))
-    np.random.set_state((rng["numpy"][0], np.array(rng["numpy"][1], dtype=np.uint32), *rng["numpy"][2:]))
-    torch.set_rng_state(torch.tensor(rng["torch"], dtype=torch.uint8))
-    return trainer
-
-
-def gen_shards_of(config: dict, world: int) -> int:
-    """Prompt shards per generation round (train.collect_groups) of a run of `world` processes with the
-    train.Config fields in `config` (gen_shards, vllm_tp, max_policy_lag, generator_process,
-    generator_workers): --gen_shards, or 0 = one per engine group inline, one per worker with a
-    generator process (whose sharding does not depend on the learners' world)."""
-    if config.get("max_policy_lag", 0) > 0 or config.get("generator_process", False):
-        return config["gen_shards"] or config.get("generator_workers", 1)
-    return config["gen_shards"] or world // config["vllm_tp"]
-
-
-def _jsonable(x):
-    return [_jsonable(v) for v in x] if isinstance(x, (tuple, list)) else x
-
-
-def _tuplify(x):
-    return tuple(_tuplify(v) for v in x) if isinstance(x, list) else x
 
 
 # --- run logging --------------------------------------------------------------------------------
@@ -478,7 +360,7 @@ class Run:
 
     def save_checkpoint(self, step: int, model, optimizer, scheduler, source_state: dict) -> None:
         """A resumable checkpoint after `step` rollout steps; source_state: the data position (and buffer)."""
-        save_checkpoint(Path(self.cfg.run_dir), step, model, optimizer, scheduler,
+        checkpoints.save_checkpoint(Path(self.cfg.run_dir), step, model, optimizer, scheduler,
                         {"run_id": self.run_id, "state": self.state, **source_state}, dataclasses.asdict(self.cfg), self.dist,
                         self.cfg.keep_checkpoints)
 
@@ -505,9 +387,16 @@ class Run:
         self.log.scalars(after, cfg.steps)
         summary = {"run_id": self.run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - self.t_run, 1), **before,
                    **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
-        save_hf(model, tokenizer, run_dir / "final", self.dist, {
-            "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
-            "template_hash": self.prov["template_hash"]})
+        failure = None
+        try:
+            save_hf(model, tokenizer, run_dir / "final", self.dist, {
+                "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
+                "template_hash": self.prov["template_hash"]})
+        except (OSError, SafetensorError) as e:  # a full disk (safetensors reports its write errors as its own)
+            failure = str(e)
+        failure = first_failure(failure, self.dist)  # rank 0 writes: every rank stops with it
+        if failure:
+            raise RunStopped(checkpoints.final_failure(run_dir / "checkpoints", run_dir / "final", failure))
         memory, summary["memory_per_rank"] = memory_metrics(self.after_load, self.device, self.dist)  # final/ included
         summary |= memory
         if self.dist.main:
@@ -520,6 +409,13 @@ class Run:
         self.log.close()
         self.release()
         return summary
+
+
+def check_resume(cfg, dist: Dist) -> None:
+    """With --resume: the checkpoint it names is there and undamaged (checkpoints.check_checkpoint), checked
+    before the model loads (a 32B model takes minutes). Raises FileNotFoundError or CheckpointDamaged."""
+    if cfg.resume:
+        checkpoints.check_checkpoint(checkpoints.find_checkpoint(Path(cfg.run_dir), cfg.resume), dist)
 
 
 def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, tokenizer, data, held_out, template_hash: str,
@@ -537,9 +433,10 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
     run_dir, start_step, resumed = Path(cfg.run_dir), 0, None
     run_id = cfg.run_id or f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-s{cfg.seed}"
     if cfg.resume:
-        ckpt = find_checkpoint(run_dir, cfg.resume)
-        resumed = load_checkpoint(ckpt, model, optimizer, scheduler, dataclasses.asdict(cfg), dataclasses.asdict(defaults),
-                                  free_fields, cfg.resume_allow_config_change, dist.world)
+        ckpt = checkpoints.find_checkpoint(run_dir, cfg.resume)
+        resumed = checkpoints.load_checkpoint(ckpt, model, optimizer, scheduler, dataclasses.asdict(cfg),
+                                              dataclasses.asdict(defaults), free_fields, cfg.resume_allow_config_change,
+                                              dist.world)
         start_step, run_id = resumed["step"], resumed["run_id"]
         rollout.sync_engine(engine, model, start_step, dist.world)
         if dist.main:

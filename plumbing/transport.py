@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import threading
 import time
 from collections.abc import Callable, Iterable
 
@@ -353,3 +354,19 @@ def _offsets(entries: list) -> tuple[list[int], int]:
         offsets.append(size)
         size += torch.Size(shape).numel() * dtype.itemsize
     return offsets, size
+
+
+def heartbeat(control: Control, c: int) -> Callable[[], None]:
+    """A thread that adds 1 to worker c's heartbeat every HEARTBEAT_S while this process runs and
+    its interpreter is not held (the learner's hang check, generator.AsyncGenerator._trouble); returns stop(),
+    which ends the thread and waits for it (generator._end: a beat must never be in flight at the end)."""
+    stopped = threading.Event()
+
+    def beat() -> None:
+        while not stopped.is_set():
+            control.beat(c)
+            stopped.wait(HEARTBEAT_S)
+
+    thread = threading.Thread(target=beat, name="heartbeat", daemon=True)
+    thread.start()
+    return lambda: (stopped.set(), thread.join())

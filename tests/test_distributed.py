@@ -74,13 +74,13 @@ def test_two_ranks_equal_one_rank(tmp_path):
 
 def test_resume_on_other_shards_is_refused(tmp_path):
     """A checkpoint of 2 processes with --gen_shards 0 (one shard each) resumed by one process would draw other rollouts."""
-    from plumbing import runlog
+    from plumbing import checkpoints
     import train
 
     (tmp_path / "trainer_state.json").write_text(json.dumps({"config": {"gen_shards": 0, "vllm_tp": 1}, "world_size": 2}))
     cfg = {**dataclasses.asdict(train.Config()), "gen_shards": 0}
     with pytest.raises(ValueError, match=r"written by 2 processes .* 2 prompt shards; this run \(1 processes\) would cut 1.* --gen_shards 2"):
-        runlog.load_checkpoint(tmp_path, None, None, None, cfg, dataclasses.asdict(train.Config()), set(), False, world=1)
+        checkpoints.load_checkpoint(tmp_path, None, None, None, cfg, dataclasses.asdict(train.Config()), set(), False, world=1)
 
 
 # --- tensor-parallel engine groups: the request check, without vLLM ------------------------------------

@@ -521,8 +521,10 @@ REFUSED = [
     (["--surrogate", "cispo", "--cispo_low", "1.5"], "a floor above 1 raises the weight of every on-policy token"),
     (["--surrogate", "cispo", "--cispo_low", "-0.1"], "--cispo_low must be in [0, 1]"),
     (["--surrogate", "cispo", "--cispo_high", "0.2"], "--cispo_high must be >= 1"),
-    (["--surrogate", "cispo", "--dual_clip", "10"], "pass --dual_clip 0"),
-    (["--surrogate", "gspo", "--loss_agg", "seq-mean-token-mean", "--dual_clip", "10"], "pass --dual_clip 0"),
+    (["--surrogate", "cispo", "--dual_clip", "10"], "(CISPO bounds its weight by --cispo_high): pass --dual_clip 0"),
+    (["--surrogate", "gspo", "--loss_agg", "seq-mean-token-mean", "--dual_clip", "10"],
+     "--surrogate gspo has none to cap (GSPO clips its sequence ratio to [1 - --gspo_eps_low, 1 + --gspo_eps_high]): "
+     "pass --dual_clip 0"),
     (["--surrogate", "gspo"], "--surrogate gspo needs --loss_agg seq-mean-token-mean"),
     (["--preset", "ladder-6-gspo", "--gspo_eps_low", "0"], "--gspo_eps_low must be in (0, 1)"),
     (["--preset", "ladder-6-gspo", "--gspo_eps_high=-1e-4"], "--gspo_eps_high > 0"),
