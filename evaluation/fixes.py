@@ -19,15 +19,17 @@ this measures them on the same held-out problems, with the same model, seed and 
 and, with --trained RUN, the RL policy under (a)'s prompt, its training cost (samples, tokens,
 seconds: frontier.training_cost) reported beside it and never added to its per-problem costs.
 
-Written to --out: fixes.json, fixes.md (the table) and fixes.png (the figure). For each arm fixes.json holds format_error, exact_form, avg@k, pass@k (each with a 95% bootstrap
-interval over problems), tokens_per_problem and seconds_per_problem (generation wall-clock), and the
-paired difference against (a) of avg@k and format_error (estimators.paired_bootstrap).
+Written to --out: fixes.json, fixes.md (the table) and fixes.png (the figure). For each arm
+fixes.json holds format_error, exact_form, avg@k, pass@k (each with a 95% bootstrap interval over
+problems), tokens_per_problem and seconds_per_problem (generation wall-clock), and the paired
+difference against (a) of avg@k and format_error (estimators.paired_bootstrap).
 
 What the schema arm forbids (AnswerLineConstraint): ending anywhere but right after the answer
 line's integer (the probability the policy puts on ending moves to starting that line: a newline,
 then "Answer"); a line that starts with the token "Answer" going on any other way than ": ", an
 optional "-" and 1 to 12 digits, then the end; and free text in the last 9 tokens of the budget,
-which are kept for the line (room for a 4-digit integer, the largest answers of tasks/arith.py). Everything before the line is the policy's own text, sampled as usual.
+which are kept for the line (room for a 4-digit integer, the largest answers of tasks/arith.py).
+Everything before the line is the policy's own text, sampled as usual.
 vLLM's structured output (a regex) cannot bound the free text by the token budget, so it could not
 guarantee the line; this arm runs on the transformers engine.
 """
