@@ -159,7 +159,7 @@ def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
     import memory_plan
     import rollout
     import train
-    from plumbing import distributed, forward, loading, policy, runlog
+    from plumbing import checkpoints, distributed, forward, loading, policy
     from plumbing.distributed import clock
 
     dist, device = distributed.init_distributed("auto", one_rank_mesh=True)
@@ -241,11 +241,11 @@ def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
             conf = dataclasses.asdict(cfg)
             before = loading.gather_on_rank0(model, 0, 1)
             t1 = clock()
-            saved = runlog.save_checkpoint(Path(tmp), 1, model, optimizer, scheduler, {"run_id": "x", "state": {}}, conf, dist, 1)
+            saved = checkpoints.save_checkpoint(Path(tmp), 1, model, optimizer, scheduler, {"run_id": "x", "state": {}}, conf, dist, 1)
             with torch.no_grad():
                 for p in model.parameters():
                     p.add_(1.0)
-            runlog.load_checkpoint(saved, model, optimizer, scheduler, conf, dataclasses.asdict(train.Config()),
+            checkpoints.load_checkpoint(saved, model, optimizer, scheduler, conf, dataclasses.asdict(train.Config()),
                                    train.RESUME_FREE_FIELDS, False, 1)
             after = loading.gather_on_rank0(model, 0, 1)
             res["checkpoint"] = {"round_trip_equal": all(torch.equal(before[k], after[k]) for k in before),

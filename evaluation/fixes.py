@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 

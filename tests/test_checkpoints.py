@@ -39,7 +39,8 @@ from plumbing import cli
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--eval_data", "", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
-         "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--run_id", "t", "--tiny_train_size", "200"]
+         "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--run_id", "t",
+         "--task_args", '{"train_size": 200}']
 STEP1, STEP2 = "step_000001", "step_000002"
 
 

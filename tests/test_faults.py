@@ -37,7 +37,6 @@ import train
 from plumbing import distributed, forward, policy, vllm_engine
 from tasks import tiny, tiny_base
 from rollout import Engine, Sample, SamplingParams
-from task import Task
 from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
@@ -514,7 +513,7 @@ REFUSED = [
     (["--vllm_gpu_memory_utilization", "0"], "--vllm_gpu_memory_utilization must be in (0, 1]"),
     (["--device", "tpu"], "--device must be auto, cpu or cuda"),
     (["--engine", "sglang"], "--engine must be auto, hf or vllm"),
-    (["--instruction", "chat"], "--instruction must be dapo or none"),
+    (["--instruction", "chat"], "--instruction must be dapo, none or a template holding {problem}"),
     (["--offpolicy_objective", "decoupled", "--top_p", "0.7", "--temperature", "0.8", "--engine", "vllm"],
      "--offpolicy_objective decoupled with --top_p < 1 needs --temperature 1 with vLLM"),
     (["--surrogate", "ppo"], "--surrogate must be one of"),

@@ -31,11 +31,12 @@ import train
 import verifier
 from plumbing import cli, policy
 from task import Task
+from tasks.tiny import TinyTask
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures"
 SMALL = ["--eval_data", "", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
-         "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--tiny_train_size", "200", "--steps", "1"]
+         "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--task_args", '{"train_size": 200}', "--steps", "1"]
 
 
 def _errors(capsys) -> list[str]:
@@ -125,9 +126,9 @@ def test_the_instruction_changed_around_every_problem_is_counted_too(tmp_path, t
 
 def test_the_default_task_round_trips_silently(tiny_tok, capsys):
     capsys.readouterr()
-    cfg = train.Config(tiny_train_size=2000)
+    cfg = train.Config()
     for held_out in (False, True):
-        Task().load("tiny", tiny_tok, cfg, held_out=held_out, limit=256 if held_out else 0)
+        TinyTask(train_size=2000).load("tiny", tiny_tok, cfg, held_out=held_out, limit=256 if held_out else 0)
     assert capsys.readouterr().err == ""
 
 
@@ -166,8 +167,8 @@ def test_identical_repeated_rows_stay_fine(tmp_path, tiny_tok):
 # --- 4. a non-finite reward ---------------------------------------------------------------------------
 
 
-class NaNTask(Task):
-    """A forked task whose score returns NaN for the second response of every group."""
+class NaNTask(TinyTask):
+    """A forked task (the tiny one here) whose score returns NaN for the second response of every group."""
 
     def score(self, responses, problem, cfg):
         scores = super().score(responses, problem, cfg)
@@ -179,4 +180,4 @@ def test_a_nonfinite_reward_names_the_task_score_and_the_problem(tmp_path):
     cfg = train.parse_config(["--run_dir", str(tmp_path / "r"), *SMALL])
     with pytest.raises(ValueError, match=r"NaNTask\.score gave reward nan to response 1 of problem \S+ \(rewards must be "
                                          r"finite; the task's score is the likely source\)"):
-        train.train(cfg, task=NaNTask())
+        train.train(cfg, task=NaNTask(train_size=200))

@@ -27,7 +27,6 @@ import rollout
 import train
 from plumbing import policy
 from rollout import SamplingParams
-from task import Task
 from tasks.tiny import TinyTask
 
 torch.set_num_threads(1)
