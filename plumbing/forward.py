@@ -125,11 +125,13 @@ def fp32_product(h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     and TRL PR 4303 moved to an fp32 head): measured on CPU, 1.6e-2 to 2.7e-2 nats against a float64
     log-softmax of the same bf16 values, 1e-6 with fp32 output (tests/test_forward.py). fp32 and float64
     operands: the plain product, as before. bf16 on CUDA: one bf16 GEMM with fp32 accumulation and
-    output (torch.mm out_dtype), the memory of one fp32 chunk; elsewhere (CPU tests) the operands upcast.
+    output (torch.mm out_dtype) where no gradient flows through it (_HeadLogprob: grad off), as aten::mm.dtype
+    has no derivative (torch 2.13); elsewhere (a loss through the model's logits, the CPU) the operands upcast.
     """
     if h.dtype in (torch.float32, torch.float64) and weight.dtype == h.dtype:
         return h @ weight.t()
-    if h.is_cuda and h.dtype == weight.dtype == torch.bfloat16:
+    grad = torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad)
+    if h.is_cuda and h.dtype == weight.dtype == torch.bfloat16 and not grad:
         return torch.mm(h, weight.t(), out_dtype=torch.float32)
     return h.float() @ weight.float().t()
 

@@ -12,6 +12,7 @@ Tests that need it skip, printing the install line, where a package is missing:
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,20 +32,56 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes minutes on 2 CPU cores (deselect with -m 'not slow')")
 
 
+# --- torchrun jobs of the tests: CPU ranks, also on a GPU machine ----------------------------------------------
+# A test's torchrun job runs its 2-4 ranks on the CPU (gloo). On a machine with one GPU, ranks that can see it
+# all take CUDA (--device auto: distributed.init_distributed) and rank 1 fails with "invalid device ordinal".
+# So every such job, and the one-process run it is compared with, takes cpu_ranks_env(): CUDA hidden, one
+# thread per rank. The autouse fixture below fails a test that starts torchrun with CUDA visible and without
+# `--device cpu`, on every machine (CI included), so a new torchrun test cannot forget it.
+
+
+def cpu_ranks_env(**extra: str) -> dict[str, str]:
+    """os.environ for a test's processes of CPU ranks: CUDA_VISIBLE_DEVICES empty, OMP_NUM_THREADS=1, plus `extra`."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "", **extra}
+
+
+def starts_torchrun_with_cuda(args, env) -> bool:
+    """Whether a command line (a list, or one string for a shell) starts torchrun (`torchrun`, `-m
+    torch.distributed.run`) with CUDA visible to its ranks (env: the child's environment, None = ours) and
+    without `--device cpu`."""
+    argv = [str(a) for a in ([args] if isinstance(args, (str, bytes, os.PathLike)) else args)]
+    words = " ".join(argv).split()
+    torchrun = "torch.distributed.run" in words or any(Path(w).name == "torchrun" for w in words)
+    on_cpu = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES") == "" or any(
+        a == "--device" and b == "cpu" for a, b in zip(words, words[1:]))
+    return torchrun and not on_cpu
+
+
+@pytest.fixture(autouse=True)
+def _torchrun_ranks_on_the_cpu(monkeypatch):
+    real = subprocess.Popen.__init__
+
+    def init(self, args, *a, **kw):
+        if starts_torchrun_with_cuda(args, kw.get("env")):
+            raise AssertionError("a test's torchrun job must keep its ranks off the GPU: env=cpu_ranks_env() (tests/"
+                                 "conftest.py) or --device cpu; on a one-GPU machine rank 1 fails with 'invalid device "
+                                 f"ordinal'. Command: {args}")
+        real(self, args, *a, **kw)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", init)
+
+
 @pytest.fixture(scope="session")
 def one_and_two_ranks():
     """run(script, tmp_path) -> {"one": stdout, "two": stdout}: the python source `script` run as 1
     process and as 2 torchrun ranks (gloo, OMP_NUM_THREADS=1), each with argv [repository, output
     folder tmp_path/one or tmp_path/two]; fails the test on a non-zero exit."""
-    import subprocess
-    import sys
-
     repo = Path(__file__).resolve().parents[1]
 
     def run(script: str, tmp_path: Path) -> dict[str, str]:
         path = tmp_path / "ranks.py"
         path.write_text(script)
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        env = cpu_ranks_env()  # both runs on the CPU, also on a GPU machine
         runs = {"one": [sys.executable, str(path)],
                 "two": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", str(path)]}
         out = {}

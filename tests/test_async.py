@@ -22,13 +22,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import cpu_ranks_env
 from safetensors.torch import load_file
 
 import train
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8", "--gen_prompts_per_round", "12",
-         "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t"]
+         "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # workers on the CPU
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -108,7 +109,7 @@ def test_sigterm_checkpoints_and_stops_every_process(tmp_path):
     run = tmp_path / "sig"
     cmd = [sys.executable, "train.py", "--run_dir", str(run), "--steps", "200", "--max_policy_lag", "1", "--eval_data", "",
            "--generator_workers", "2", *SMALL]
-    proc = subprocess.Popen(cmd, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=REPO, env=cpu_ranks_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 300
@@ -181,7 +182,7 @@ def test_two_learner_ranks_and_two_workers_equal_the_inline_loop_on_two_ranks(tm
     args = ["--steps", "2", "--eval_data", "", "--lr", "1e-5", "--group_size", "4", "--prompts_per_step", "4",
             "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2",
             "--seed", "3", "--run_id", "t"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = cpu_ranks_env()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py"]
     inline, pool = tmp_path / "inline", tmp_path / "pool"
     out = subprocess.run([*torchrun, "--run_dir", str(inline), *args], cwd=REPO, env=env, capture_output=True, text=True,

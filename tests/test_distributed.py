@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import cpu_ranks_env
 from safetensors.torch import load_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ ARGS = ["--lr", "1e-5", "--steps", "2", "--eval_data=", "--group_size", "4", "--
 
 
 def _run(cmd, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = cpu_ranks_env()  # the ranks and the one process they are compared with on the CPU, also on a GPU machine
     out = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
 
@@ -121,7 +122,7 @@ def test_engine_group_refuses_different_seeds_or_prompts(tmp_path):
     whose ranks were given a different seed or different prompts, leaving the other group alone."""
     script = tmp_path / "group_check.py"
     script.write_text(GROUP_CHECK)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    env = cpu_ranks_env(PYTHONPATH=str(REPO))
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=4", "--standalone",
                           str(script), str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

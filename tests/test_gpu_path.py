@@ -214,6 +214,54 @@ def test_generation_logits_follow_the_trainers_head_precision():
         assert head(x).dtype == torch.bfloat16
 
 
+class _OnCuda(torch.Tensor):
+    """A meta tensor that says it is on CUDA: fp32_product's CUDA branch, run on the CPU (the meta device has
+    torch.mm(out_dtype) and autograd's bookkeeping, and no kernels)."""
+
+    @property
+    def is_cuda(self) -> bool:
+        return True
+
+
+def _on_cuda(*shape: int, grad: bool) -> torch.Tensor:
+    return torch.Tensor._make_subclass(_OnCuda, torch.empty(*shape, device="meta", dtype=torch.bfloat16), grad)
+
+
+def test_the_fp32_head_product_of_cuda_bf16_weights_has_a_gradient(monkeypatch):
+    """A loss through the model's own logits (the GPU check's naive reference, a fork's warm-up) runs backward
+    through fp32_product: torch.mm(out_dtype) has no derivative ("derivative for aten::mm is not implemented"),
+    so with a gradient the operands upcast; without one (the trainer's chunked head) it stays one fp32-output GEMM."""
+    h, w = _on_cuda(8, 16, grad=True), _on_cuda(32, 16, grad=True)  # (N, D) hidden states, (V, D) head weight
+    z = forward.fp32_product(h, w)  # (N, V)
+    assert z.dtype == torch.float32
+    z.sum().backward()
+    assert h.grad.shape == h.shape and w.grad.shape == w.shape and w.grad.dtype == torch.bfloat16
+    real, seen = torch.mm, []
+    monkeypatch.setattr(torch, "mm", lambda *a, **k: seen.append(k.get("out_dtype")) or real(*a, **k))
+    with torch.no_grad():
+        assert forward.fp32_product(h, w).dtype == torch.float32
+    assert seen == [torch.float32]
+
+
+# --- the suite on a machine with one GPU ------------------------------------------------------------------------
+
+
+def test_a_test_cannot_start_torchrun_ranks_that_see_a_gpu():
+    """tests/conftest.py: a torchrun job of a test hides CUDA (cpu_ranks_env) or passes --device cpu, else the
+    test fails at once, GPU or not; every test file that launches torchrun builds its environment so."""
+    from conftest import cpu_ranks_env, starts_torchrun_with_cuda
+
+    job = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py"]
+    visible = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
+    assert starts_torchrun_with_cuda(job, visible) and starts_torchrun_with_cuda("torchrun --nproc_per_node 2 x.py", visible)
+    assert not starts_torchrun_with_cuda(job, cpu_ranks_env()) and not starts_torchrun_with_cuda([*job, "--device", "cpu"], visible)
+    assert not starts_torchrun_with_cuda([sys.executable, "train.py"], visible)
+    with pytest.raises(AssertionError, match="cpu_ranks_env"):
+        subprocess.run([*job, "--help"], env=visible, capture_output=True)
+    launching = [p.name for p in (REPO / "tests").glob("*.py") if "torch.distributed.run" in p.read_text()]
+    assert len(launching) >= 6 and all("cpu_ranks_env" in (REPO / "tests" / n).read_text() for n in launching), launching
+
+
 # --- NCCL's wait, the offloaded optimizer's threads, clocks --------------------------------------------------
 
 

