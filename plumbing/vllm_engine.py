@@ -48,6 +48,7 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
 import warnings
@@ -243,8 +244,8 @@ class VLLMEngine(Engine):
             enforce_eager: no CUDA graphs / torch.compile (start-up in seconds; required on CPU);
                 None = on the CPU only (CUDA graphs speed up decoding on GPU).
             fp32_head: a non-fp32 engine computes its output head in fp32 where this vLLM can
-                (hf_overrides head_dtype; `fp32_head` tells afterwards whether it does): the
-                trainer's head is fp32 too (forward.token_logprobs), so both sides or neither.
+                (hf_overrides head_dtype; `fp32_head` tells afterwards whether the started engine
+                does: head_is_fp32): the trainer's head follows (policy.make_engine), both sides or neither.
             sync_via: "iterator" (in-process only), "disk" (safetensors under shm_dir), or "auto"
                 (iterator in-process, disk otherwise).
             shm_dir: RAM disk for the "disk" weight sync.
@@ -324,6 +325,10 @@ class VLLMEngine(Engine):
         got = str(self.llm.llm_engine.model_config.dtype).removeprefix("torch.")
         if dtype != "auto" and got != str(dtype).removeprefix("torch."):
             raise ValueError(f"vLLM loaded {self.model_dir} as {got}, not the requested dtype {dtype}")
+        if self.fp32_head and not head_is_fp32(self.llm.llm_engine.model_config):  # asked for, not applied
+            self.fp32_head = False
+            print(f"[engine] vLLM {self.version} computes a generation model's output head in {got}, not float32: the "
+                  "trainer's head follows (both sides or neither)", file=sys.stderr, flush=True)
         if self.group is not None:
             from vllm.distributed.parallel_state import get_tp_group
 
@@ -556,6 +561,14 @@ class VLLMEngine(Engine):
             gc.collect()
         release_cached_memory()  # the next engine of this process (eval.py frontier) needs the card's memory back
         self.group = None  # destroyed with the default group
+
+
+def head_is_fp32(model_config) -> bool:
+    """Whether a started engine computes its output head in fp32: its ModelConfig.head_dtype, read after start-up.
+    The property exists since vLLM's pooling models (vllm-project/vllm PR 23810), but before PR 48390 it answers
+    the model dtype for a generation model whatever hf_overrides asked (its logits processor then rounds the
+    head to bf16), so that it exists says nothing."""
+    return getattr(model_config, "head_dtype", None) == torch.float32
 
 
 def launch_kwargs(tp: int, trainer_owns_group: bool, world: int, in_process: bool) -> dict:

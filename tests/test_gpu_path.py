@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from safetensors.torch import load_file
 import rollout
 from plumbing import distributed, forward, policy, transport, vllm_engine
 from rollout import WeightSyncError
+from tasks import tiny
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--steps", "2", "--eval_data=", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "2",
@@ -241,6 +243,48 @@ def test_the_fp32_head_product_of_cuda_bf16_weights_has_a_gradient(monkeypatch):
     with torch.no_grad():
         assert forward.fp32_product(h, w).dtype == torch.float32
     assert seen == [torch.float32]
+
+
+def _stand_in_vllm(monkeypatch, applies_head_dtype: bool) -> None:
+    """vllm, vllm.envs, vllm.config and vllm.platforms as a GPU build would present them to VLLMEngine: an LLM whose
+    ModelConfig has `head_dtype`; applies_head_dtype False is a vLLM before PR 48390, where the property answers
+    the model dtype for a generation model whatever hf_overrides says."""
+    class ModelConfig:
+        def __init__(self, dtype: str, overrides: dict | None):
+            self.dtype, self.overrides = getattr(torch, dtype), overrides or {}
+
+        @property
+        def head_dtype(self):
+            asked = self.overrides.get("head_dtype") == "float32"
+            return torch.float32 if asked and applies_head_dtype else self.dtype
+
+    class LLM:
+        def __init__(self, **kwargs):
+            self.kwargs = kwargs
+            self.llm_engine = types.SimpleNamespace(model_config=ModelConfig(kwargs["dtype"], kwargs.get("hf_overrides")))
+
+    mods = {name: types.ModuleType(name) for name in ("vllm", "vllm.envs", "vllm.config", "vllm.platforms")}
+    mods["vllm"].__version__, mods["vllm"].LLM, mods["vllm"].envs = "stand-in", LLM, mods["vllm.envs"]
+    mods["vllm.envs"].VLLM_ENABLE_V1_MULTIPROCESSING = False
+    mods["vllm.config"].ModelConfig = ModelConfig
+    mods["vllm.platforms"].current_platform = types.SimpleNamespace(is_cpu=lambda: False)  # a GPU build
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    monkeypatch.setattr(vllm_engine, "_vllm_env_defaults", lambda: False)
+
+
+def test_the_engine_claims_an_fp32_head_only_where_the_started_vllm_computes_one(monkeypatch, capsys):
+    """A bf16 engine asks for head_dtype float32; whether it got it is read from the started engine's config, so on
+    a vLLM that has the property but ignores it for generation the trainer's head turns bf16 too (both or neither)."""
+    tok = policy.load_tokenizer("")
+    for applies in (True, False):
+        _stand_in_vllm(monkeypatch, applies)
+        eng = vllm_engine.VLLMEngine(tiny.ASSET_DIR, tok, seed=0, max_model_len=64, dtype="bfloat16")
+        assert eng.llm.kwargs["hf_overrides"] == {"head_dtype": "float32"} and eng.fp32_head is applies
+    assert "not float32: the trainer's head follows" in capsys.readouterr().err
+    eng = vllm_engine.VLLMEngine(tiny.ASSET_DIR, tok, seed=0, max_model_len=64, dtype="float32")
+    assert not eng.fp32_head and "hf_overrides" not in eng.llm.kwargs  # an fp32 engine: nothing to ask for
+    assert not vllm_engine.head_is_fp32(types.SimpleNamespace(dtype=torch.bfloat16))  # a vLLM without the property
 
 
 # --- the suite on a machine with one GPU ------------------------------------------------------------------------
