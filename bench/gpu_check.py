@@ -2,7 +2,7 @@
 
     python3 bench/gpu_check.py env OUT_JSON                        # versions, devices, optional packages
     python3 bench/gpu_check.py head OUT_JSON [--cpu]               # chunked log-prob head against the naive fp32 one
-    python3 bench/gpu_check.py build DIR [--cpu]                   # a random Qwen2-style model (1.5B; --cpu: tiny)
+    python3 bench/gpu_check.py build DIR OUT_JSON [--cpu]          # a random Qwen2-style model (1.5B; --cpu: tiny)
     python3 bench/gpu_check.py fsdp MODEL_DIR OUT_JSON [--tokens N] [--no_ckpt]   # FSDP2 over a 1-rank mesh
     python3 bench/gpu_check.py run RUN_DIR OUT_JSON                # a train.py run's metrics (medians) and summary
     python3 bench/gpu_check.py summary WORK_DIR OUT_JSON           # every step's JSON and status in one file
@@ -15,7 +15,8 @@ the trainer's own pass (the noise a weight-sync check must tolerate, rollout.syn
 forward layout (shared prompt pass, padded, packed) the gap, the bytes kept after the forward beside
 bench/memory_plan.py's figure, a timed training step (synchronised clocks) and its peak; the weight
 stream a vLLM sync consumes; a DCP checkpoint round trip; and transformers generate through the
-FSDP2 root. Nothing large is written where the JSON goes.
+FSDP2 root. Nothing large is written where the JSON goes. Every JSON is strict (NaN, inf: null), and
+`summary` attaches WORK_DIR/<step>.json to each step of status.tsv.
 """
 
 from __future__ import annotations
@@ -53,10 +54,23 @@ def _reset_peak() -> int:
     return torch.cuda.memory_allocated()
 
 
+def _finite(x):
+    """x with every NaN or infinity, at any depth, as None: strict JSON (jq and JavaScript refuse a bare NaN)."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    return [_finite(v) for v in x] if isinstance(x, (list, tuple)) else x
+
+
+def _dumps(res: dict) -> str:
+    return json.dumps(_finite(res), indent=1, default=str, allow_nan=False)
+
+
 def _write(out: Path, res: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1, default=str) + "\n")
-    print(json.dumps(res, indent=1, default=str))
+    out.write_text(_dumps(res) + "\n")
+    print(_dumps(res))
 
 
 def env(out: Path) -> None:
@@ -129,7 +143,7 @@ def head(out: Path, cpu: bool) -> None:
     sys.exit(1 if bad else 0)
 
 
-def build(out: Path, cpu: bool) -> None:
+def build(out: Path, res_json: Path, cpu: bool) -> None:
     """A random Qwen2-style model (bf16 safetensors, the tiny tokenizer; bench_memory_plan.build_random_model's recipe):
     1.5B parameters on GPU, initialised there (seconds, not a minute on the host), a tiny one with --cpu."""
     import shutil
@@ -146,10 +160,14 @@ def build(out: Path, cpu: bool) -> None:
     with torch.device("cuda" if gpu else "cpu"):
         model = AutoModelForCausalLM.from_config(Qwen2Config(**shape, tie_word_embeddings=True, eos_token_id=1, pad_token_id=0,
                                                              bos_token_id=None))
+    params = sum(p.numel() for p in model.parameters())
+    t1 = time.perf_counter()
     model.to(torch.bfloat16).save_pretrained(out)
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(REPO / "assets" / "tiny-base" / f, out / f)
-    print(f"built {out} in {time.perf_counter() - t0:.1f} s: {shape}")
+    _write(res_json, {"device": "cuda" if gpu else "cpu", "shape": shape, "parameters": params,
+                      "init_s": round(t1 - t0, 2), "save_s": round(time.perf_counter() - t1, 2),
+                      "bytes": sum(f.stat().st_size for f in out.glob("*.safetensors"))})
 
 
 def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
@@ -265,18 +283,21 @@ def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
 
 
 RUN_METRICS = ("time/generate", "time/update", "time/weight_sync", "time/step", "perf/generated_tokens_per_s",
-               "memory/peak_gb", "memory/gpu_load_gib", "sampler/logprob_absdiff_mean", "sampler/logprob_absdiff_max",
-               "sync/logprob_gap", "sync/logprob_gap_before", "sync/logprob_gap_bar", "policy/entropy")
+               "memory/peak_gb", "memory/gpu_load_gib", "memory/gpu_peak_gib", "sampler/logprob_absdiff_mean",
+               "sampler/logprob_absdiff_max", "sync/logprob_gap", "sync/logprob_gap_mean", "sync/logprob_gap_before",
+               "sync/logprob_gap_bar", "policy/entropy")
 
 
 def run_metrics(run_dir: Path, out: Path) -> None:
-    """Medians of a train.py run's metrics (RUN_METRICS) and its summary's held-out figures."""
+    """Medians of a train.py run's metrics (RUN_METRICS; None where the run logs none, e.g. sync/* with the hf
+    engine) and its summary's figures (held-out accuracy; memory/* after final/ is written)."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     res = {"steps": len(rows)}
     for k in RUN_METRICS:
         vals = sorted(r[k] for r in rows if r.get(k) is not None)
         res[k] = vals[len(vals) // 2] if vals else None
-    summary = json.loads((run_dir / "summary.json").read_text())
+    done = run_dir / "summary.json"  # absent when the run did not finish
+    summary = json.loads(done.read_text()) if done.is_file() else {}
     res["summary"] = {k: v for k, v in summary.items() if k != "memory_per_rank" and not isinstance(v, (dict, list))}
     res["memory_per_rank"] = summary.get("memory_per_rank")
     _write(out, res)
@@ -291,7 +312,7 @@ def summary(work: Path, out: Path) -> None:
         steps.append({"step": name, "status": status, "s": float(seconds or 0), "note": note,
                       "result": json.loads(f.read_text()) if f.is_file() else None})
     res = {"ok": all(s["status"] in ("ok", "skipped") for s in steps), "steps": steps}
-    out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+    out.write_text(_dumps(res) + "\n")
     for s in steps:
         print(f"{s['step']:14s} {s['status']:8s} {s['s']:7.1f} s  {s['note']}")
 
@@ -305,7 +326,7 @@ def main(argv: list[str]) -> None:
     elif verb == "head":
         head(Path(pos[0]), cpu)
     elif verb == "build":
-        build(Path(pos[0]), cpu)
+        build(Path(pos[0]), Path(pos[1]), cpu)
     elif verb == "fsdp":
         tokens = int(args[args.index("--tokens") + 1]) if "--tokens" in args else 2048
         fsdp(pos[0], Path(pos[1]), tokens, "--no_ckpt" not in args)

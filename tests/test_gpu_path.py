@@ -351,10 +351,29 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + (work / "gpu_check.log").read_text()[-3000:]
     assert sorted(p.name for p in ret.iterdir()) == ["gpu_check.json", "gpu_check.log"]
     assert sum(p.stat().st_size for p in ret.iterdir()) < 200_000
-    summary = json.loads((ret / "gpu_check.json").read_text())
+
+    def strict(word):
+        raise AssertionError(f"gpu_check.json holds {word}, which strict JSON readers refuse")
+
+    summary = json.loads((ret / "gpu_check.json").read_text(), parse_constant=strict)
     status = {s["step"]: s["status"] for s in summary["steps"]}
     assert summary["ok"] and {k for k, v in status.items() if v == "ok"} >= {"env", "head", "fsdp_tiny", "build", "fsdp_big",
                                                                               "train"}
-    fsdp_tiny = next(s["result"] for s in summary["steps"] if s["step"] == "fsdp_tiny")
-    assert fsdp_tiny["load_bit_equal_to_from_pretrained"] and fsdp_tiny["checkpoint"]["round_trip_equal"]
-    assert set(fsdp_tiny["train_step"]) == {"shared", "padded", "packed"}
+    res = {s["step"]: s["result"] for s in summary["steps"]}
+    assert all(isinstance(res[k], dict) for k, v in status.items() if v == "ok"), res  # every step that ran: its figures
+    assert res["fsdp_tiny"]["load_bit_equal_to_from_pretrained"] and res["fsdp_tiny"]["checkpoint"]["round_trip_equal"]
+    assert set(res["fsdp_tiny"]["train_step"]) == {"shared", "padded", "packed"}
+    assert res["head"]["ok"] and res["head"]["chunked_peak_gib"] is None  # no CUDA peak on the CPU: null, not NaN
+    assert res["build"]["parameters"] > 0 and res["train"]["steps"] == 1 and res["train"]["time/step"] > 0
+    assert "heldout_after/avg@1" in res["train"]["summary"] and "sync/logprob_gap_mean" in res["train"]
+    if status.get("vllm_train") == "ok":  # with vLLM installed: the figure the sync rule checks
+        assert res["vllm_train"]["sync/logprob_gap_mean"] <= res["vllm_train"]["sync/logprob_gap_bar"]
+
+
+def test_the_gpu_check_runs_test_vllm_py_by_names_that_exist():
+    """gpu_check.sh runs tests/test_vllm.py test by test, in order of importance: a renamed test fails here, on the CPU."""
+    import re
+
+    listed = re.search(r"VLLM_TESTS=\(([^)]*)\)", (REPO / "bench" / "gpu_check.sh").read_text()).group(1).split()
+    defined = set(re.findall(r"^def (test_\w+)", (REPO / "tests" / "test_vllm.py").read_text(), re.M))
+    assert listed and set(listed) == defined and len(listed) == len(defined), set(listed) ^ defined
