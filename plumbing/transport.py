@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -184,10 +185,18 @@ class BroadcastWeights:
     def _group(self):
         if self.group is None:
             store = tdist.PrefixStore("weights", self.store)
-            if self.device.type == "cuda":  # untested here (the project's CI has no GPU)
+            if self.device.type == "cuda":  # run on the CPU with a stand-in only (tests/test_gpu_path.py)
                 opts = tdist.ProcessGroupNCCL.Options()
-                opts._timeout = self.timeout
-                self.group = tdist.ProcessGroupNCCL(store, self.rank, self.members, opts)
+                opts._timeout = nccl_group_timeout(self.timeout)  # the poll (wait_for) ends a transfer first
+                saved = os.environ.get(NCCL_ERRORS)
+                os.environ[NCCL_ERRORS] = "2"  # read by this group's constructor only (NCCL_ERRORS)
+                try:
+                    self.group = tdist.ProcessGroupNCCL(store, self.rank, self.members, opts)
+                finally:
+                    if saved is None:
+                        del os.environ[NCCL_ERRORS]
+                    else:
+                        os.environ[NCCL_ERRORS] = saved
             else:
                 self.group = tdist.ProcessGroupGloo(store, self.rank, self.members, self.timeout)
         return self.group
@@ -206,6 +215,8 @@ class BroadcastWeights:
                 except PeerGone:
                     self.group.abort()  # the unfinished work and its communicator: the NCCL watchdog does not kill us
                     raise
+                if work.exception() is not None:  # finished by NCCL's watchdog on an error it saw first (NCCL_ERRORS)
+                    raise RuntimeError(str(work.exception()))
             else:
                 work.wait()
         except RuntimeError as e:
@@ -239,6 +250,21 @@ class BroadcastWeights:
             for name, _, _ in self.layout:
                 self._bcast(own[name], version, peer_gone)  # contiguous parameters and buffers of the model, received in place
         return reference.cpu()
+
+
+# The weight group on NCCL: TORCH_NCCL_ASYNC_ERROR_HANDLING, read by each ProcessGroupNCCL's constructor (torch's
+# ProcessGroupNCCL.cpp), decides what its watchdog does on a timeout or an error NCCL reports (a peer's connection
+# lost): 1 (what torchrun sets for its ranks) and 3 (torch's default) end the process, checkpoint or not; 2 aborts
+# the group's communicators and leaves the process alive, the work finished with its error. The weight group is made
+# with 2, and with a timeout longer than the learner's poll (wait_for), so that the poll, not the watchdog, ends a
+# stalled transfer; a watchdog that sees an error first leaves an exception on the work, raised as PeerGone. Either
+# way the learner aborts, checkpoints the step it trained and stops. The trainer's own group keeps torchrun's 1.
+NCCL_ERRORS = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+def nccl_group_timeout(poll: datetime.timedelta) -> datetime.timedelta:
+    """The NCCL weight group's own timeout: twice the poll's deadline plus a minute, so the watchdog never fires first."""
+    return 2 * poll + datetime.timedelta(seconds=60)
 
 
 def wait_for(work, timeout_s: float, peer_gone: Callable[[], str | None], what: str) -> None:

@@ -326,6 +326,61 @@ def test_waiting_for_an_nccl_broadcast_has_a_deadline_and_sees_a_dead_peer():
         transport.wait_for(Work(10**9), 60.0, lambda: "worker 1 exited", "a broadcast")
 
 
+class EndedWork(Work):
+    """A broadcast's work that NCCL's watchdog finished with an error (TORCH_NCCL_ASYNC_ERROR_HANDLING=2)."""
+
+    def __init__(self, error: str | None, done_after: int = 0):
+        super().__init__(done_after)
+        self.error = error
+
+    def exception(self):
+        return None if self.error is None else RuntimeError(self.error)
+
+
+class NcclStandIn:
+    """torch.distributed.ProcessGroupNCCL as BroadcastWeights builds and uses it: records the timeout and the error
+    handling it was made with; `work` is what every broadcast returns."""
+
+    class Options:
+        pass
+
+    def __init__(self, store, rank: int, size: int, opts):
+        self.made = (opts._timeout, os.environ.get(transport.NCCL_ERRORS))
+        self.work, self.aborted = None, False
+
+    def broadcast(self, t, root: int):
+        return self.work
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_the_nccl_weight_group_outlasts_the_poll_and_its_watchdog_does_not_kill_the_learner(monkeypatch):
+    """The poll's deadline, not NCCL's watchdog, ends a stalled weight broadcast (the group's own timeout is longer),
+    and the group is made with TORCH_NCCL_ASYNC_ERROR_HANDLING=2 (clean up, do not kill the process; torchrun sets 1
+    for its ranks), restored after; an error the watchdog saw first reaches the learner as PeerGone."""
+    import datetime
+
+    import torch.distributed as tdist
+
+    monkeypatch.setattr(tdist, "ProcessGroupNCCL", NcclStandIn, raising=False)
+    monkeypatch.setenv(transport.NCCL_ERRORS, "1")
+    spec = {"layout": [], "probe_len": 1, "members": 2}
+    weights = transport.BroadcastWeights(spec, tdist.HashStore(), 0, torch.device("cuda"), 30.0)
+    group = weights._group()
+    timeout, handling = group.made
+    assert timeout >= 2 * weights.timeout and handling == "2" and os.environ[transport.NCCL_ERRORS] == "1"
+    group.work = EndedWork(None, done_after=2)
+    weights._bcast(torch.zeros(1), 3)  # finished: no error
+    group.work = EndedWork("NCCL error: remote process exited or there was a network error")
+    with pytest.raises(transport.PeerGone, match="version 3 failed .NCCL error: remote process exited"):
+        weights._bcast(torch.zeros(1), 3)
+    weights.timeout, group.work = datetime.timedelta(seconds=0.05), EndedWork(None, done_after=10**9)
+    with pytest.raises(transport.PeerGone, match="did not finish within 0.05 s"):
+        weights._bcast(torch.zeros(1), 4)
+    assert group.aborted
+
+
 def test_an_offloaded_optimizer_gets_the_hosts_cores_and_clocks_need_no_gpu(monkeypatch):
     before = torch.get_num_threads()
     try:
