@@ -58,6 +58,15 @@ def memory_gib(device) -> dict:
     return out
 
 
+def load_memory(device, engine) -> dict:
+    """memory_gib at the end of loading, the engine's start-up included. vLLM's memory profiling resets torch's GPU
+    peak while the engine starts (vllm/utils/mem_utils.py memory_profiling; platforms/cuda.py): the GPU figures are
+    the larger of the peak since then and the one the engine recorded before starting (VLLMEngine.peak_before_start)."""
+    out = memory_gib(device)
+    before = getattr(engine, "peak_before_start", None) or {}
+    return out | {k: max(out[k], v) for k, v in before.items() if k in out}
+
+
 def _peak_rss_bytes() -> int:
     """Peak resident set size: Linux's VmHWM, the high-water mark of this program's own memory. (ru_maxrss
     also counts the parent's resident set at the fork before exec: a child of a large process, a test
@@ -275,7 +284,7 @@ class Run:
         self.state = state
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
-        self.after_load = memory_gib(device)  # model, optimizer, engine and a resumed checkpoint are in memory
+        self.after_load = load_memory(device, engine)  # model, optimizer, engine and a resumed checkpoint are in memory
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)  # from here on the GPU peak is the run's
 
@@ -388,6 +397,7 @@ class Run:
         summary = {"run_id": self.run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - self.t_run, 1), **before,
                    **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
         failure = None
+        self.engine.sleep()  # colocated vLLM gives the GPU back while rank 0 gathers the whole model (no-op otherwise)
         try:
             save_hf(model, tokenizer, run_dir / "final", self.dist, {
                 "run_id": self.run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,

@@ -263,7 +263,7 @@ NCCL_ERRORS = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
 
 
 def nccl_group_timeout(poll: datetime.timedelta) -> datetime.timedelta:
-    """The NCCL weight group's own timeout: twice the poll's deadline plus a minute, so the watchdog never fires first."""
+    """The NCCL weight group's own timeout: twice the poll's deadline plus a minute (the watchdog never fires first)."""
     return 2 * poll + datetime.timedelta(seconds=60)
 
 

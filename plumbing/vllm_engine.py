@@ -318,6 +318,10 @@ class VLLMEngine(Engine):
         # (vllm/v1/worker/cpu_worker.py, init_device); in-process that would silently stop the
         # trainer from choosing its thread count (one thread per process is what CPU runs want).
         set_num_threads = torch.set_num_threads
+        # the trainer's GPU peak so far (model, optimizer): vLLM's memory profiling resets it (runlog.load_memory)
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.peak_before_start = {"gpu": torch.cuda.max_memory_allocated() / 2**30,
+                                  "gpu_reserved": torch.cuda.max_memory_reserved() / 2**30} if cuda else {}
         try:
             self.llm = vllm.LLM(**kwargs)
         finally:

@@ -29,7 +29,7 @@ import train
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8", "--gen_prompts_per_round", "12",
-         "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # workers on the CPU
+         "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # also on a GPU host
 
 
 def _jsonl(path: Path) -> list[dict]:

@@ -45,7 +45,7 @@ from procs import left
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--max_policy_lag", "1", "--generator_workers", "2", "--prompts_per_step", "8", "--eval_data", "",
-       "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # workers on the CPU
+       "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # also on a GPU host
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process faults are provoked with Linux signals")
 

@@ -168,6 +168,50 @@ def test_a_sleeping_engine_wakes_its_weights_then_syncs_then_wakes_its_kv_cache(
     assert vllm_engine.wake_order(set(), None) == [] and vllm_engine.wake_order({"kv_cache"}, ("weights",)) == []
 
 
+class SleepyEngine:
+    """A colocated vLLM engine as the run's end sees it: sleeps, closes, and its GPU peak from before vLLM's reset."""
+
+    peak_before_start = {"gpu": 7.5, "gpu_reserved": 8.0}
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def sleep(self) -> None:
+        self.calls.append("sleep")
+
+    def close(self) -> None:
+        self.calls.append("close")
+
+
+def test_final_is_gathered_with_the_engine_asleep(tmp_path, monkeypatch):
+    """runlog.Run.finish: the engine sleeps before rank 0 gathers the whole model into final/ (a colocated vLLM
+    awake after the held-out evaluation would hold its share of the GPU beside the gathered model)."""
+    import train
+    from plumbing import runlog
+
+    calls = []
+    monkeypatch.setattr(runlog, "save_hf", lambda *a, **k: calls.append("save final/"))
+    run = runlog.Run.__new__(runlog.Run)  # the fields finish reads, without a run around them
+    run.cfg, run.dist, run.device = train.Config(run_dir=str(tmp_path)), distributed.Dist(), torch.device("cpu")
+    run.engine, run.run_id, run.t_run, run.prov = SleepyEngine(calls), "r", 0.0, {"template_hash": ""}
+    run.signal, run.after_load = types.SimpleNamespace(restore=lambda: None), runlog.memory_gib(run.device)
+    run.log = types.SimpleNamespace(scalars=lambda *a: None, close=lambda: None)
+    run.finish(None, None, {}, {})
+    assert calls == ["sleep", "save final/", "close"]
+
+
+def test_the_load_peak_keeps_what_came_before_vllms_reset_of_it(monkeypatch):
+    """memory/gpu_load_gib: vLLM's memory profiling resets torch's GPU peak at start-up, so the load figure is the
+    larger of the peak since then and the one the engine recorded before it started (the model's load)."""
+    from plumbing import runlog
+
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 2 * 2**30)  # since vLLM's reset
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda device=None: 9 * 2**30)
+    cuda = torch.device("cuda")
+    assert runlog.load_memory(cuda, SleepyEngine([])) | {"host": 0} == {"host": 0, "gpu": 7.5, "gpu_reserved": 9.0}
+    assert runlog.load_memory(cuda, rollout.Engine()) | {"host": 0} == {"host": 0, "gpu": 2.0, "gpu_reserved": 9.0}
+
+
 # --- one process on CUDA: FSDP2 over a 1-rank mesh, the same run -------------------------------------------
 
 
@@ -261,7 +305,8 @@ def _stand_in_vllm(monkeypatch, applies_head_dtype: bool) -> None:
     class LLM:
         def __init__(self, **kwargs):
             self.kwargs = kwargs
-            self.llm_engine = types.SimpleNamespace(model_config=ModelConfig(kwargs["dtype"], kwargs.get("hf_overrides")))
+            config = ModelConfig(kwargs["dtype"], kwargs.get("hf_overrides"))
+            self.llm_engine = types.SimpleNamespace(model_config=config)
 
     mods = {name: types.ModuleType(name) for name in ("vllm", "vllm.envs", "vllm.config", "vllm.platforms")}
     mods["vllm"].__version__, mods["vllm"].LLM, mods["vllm"].envs = "stand-in", LLM, mods["vllm.envs"]
@@ -298,12 +343,13 @@ def test_a_test_cannot_start_torchrun_ranks_that_see_a_gpu():
     job = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py"]
     visible = {**os.environ, "CUDA_VISIBLE_DEVICES": "0"}
     assert starts_torchrun_with_cuda(job, visible) and starts_torchrun_with_cuda("torchrun --nproc_per_node 2 x.py", visible)
-    assert not starts_torchrun_with_cuda(job, cpu_ranks_env()) and not starts_torchrun_with_cuda([*job, "--device", "cpu"], visible)
+    assert not starts_torchrun_with_cuda(job, cpu_ranks_env())
+    assert not starts_torchrun_with_cuda([*job, "--device", "cpu"], visible)
     assert not starts_torchrun_with_cuda([sys.executable, "train.py"], visible)
     with pytest.raises(AssertionError, match="cpu_ranks_env"):
         subprocess.run([*job, "--help"], env=visible, capture_output=True)
     launching = [p.name for p in (REPO / "tests").glob("*.py") if "torch.distributed.run" in p.read_text()]
-    assert len(launching) >= 6 and all("cpu_ranks_env" in (REPO / "tests" / n).read_text() for n in launching), launching
+    assert len(launching) >= 6 and all("cpu_ranks_env" in (REPO / "tests" / n).read_text() for n in launching)
 
 
 # --- NCCL's wait, the offloaded optimizer's threads, clocks --------------------------------------------------
@@ -415,7 +461,7 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
     assert summary["ok"] and {k for k, v in status.items() if v == "ok"} >= {"env", "head", "fsdp_tiny", "build", "fsdp_big",
                                                                               "train"}
     res = {s["step"]: s["result"] for s in summary["steps"]}
-    assert all(isinstance(res[k], dict) for k, v in status.items() if v == "ok"), res  # every step that ran: its figures
+    assert all(isinstance(res[k], dict) for k, v in status.items() if v == "ok"), res  # each step that ran: figures
     assert res["fsdp_tiny"]["load_bit_equal_to_from_pretrained"] and res["fsdp_tiny"]["checkpoint"]["round_trip_equal"]
     assert set(res["fsdp_tiny"]["train_step"]) == {"shared", "padded", "packed"}
     assert res["head"]["ok"] and res["head"]["chunked_peak_gib"] is None  # no CUDA peak on the CPU: null, not NaN
@@ -426,7 +472,7 @@ def test_the_gpu_check_runs_every_step_on_the_cpu(tmp_path):
 
 
 def test_the_gpu_check_runs_test_vllm_py_by_names_that_exist():
-    """gpu_check.sh runs tests/test_vllm.py test by test, in order of importance: a renamed test fails here, on the CPU."""
+    """gpu_check.sh runs tests/test_vllm.py test by test, most important first: a renamed test fails here, on the CPU."""
     import re
 
     listed = re.search(r"VLLM_TESTS=\(([^)]*)\)", (REPO / "bench" / "gpu_check.sh").read_text()).group(1).split()

@@ -213,7 +213,8 @@ def test_compare_reports_the_paraphrase_side_and_the_change_of_the_gap():
 # --- eval.py ------------------------------------------------------------------------------------------------
 
 
-PARA_ARGS = ["--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2", "--device", "cpu"]
+PARA_ARGS = ["--data", "tiny", "--limit", "6", "--k", "2", "--n_boot", "100", "--paraphrases", "tiny:2",
+             "--device", "cpu"]  # the one process and the two ranks on the CPU, also on a GPU machine
 
 
 @pytest.fixture(scope="module")
