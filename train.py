@@ -168,7 +168,8 @@ class Config:
     engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws "
                                    "from a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-prob of each token (sampler/* metrics, bypass/decoupled)")
-    vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
+    vllm_gpu_memory_utilization: float = F(0.0, "vLLM on GPU: fraction of GPU memory for its weights and KV cache; 0 = "
+                                                "0.3 beside the trainer, what is free less 0.05 on a worker's own GPU")
     vllm_tp: int = F(1, "--engine vllm under torchrun: tensor-parallel size of each engine; N consecutive ranks run "
                         "one engine together (N must divide the number of processes) and generation work is split "
                         "across these groups, not ranks")
@@ -249,7 +250,7 @@ PRESETS: dict[str, dict] = {
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every",
                       "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol",
-                      "generator_weights", "generator_timeout_s"}
+                      "generator_weights", "generator_timeout_s", "vllm_gpu_memory_utilization"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:

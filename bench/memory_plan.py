@@ -60,7 +60,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 import train  # noqa: E402
-from plumbing import cli  # noqa: E402
+from plumbing import cli, policy  # noqa: E402
 
 GiB = 2**30
 # Public config.json of the Qwen2.5 base models (huggingface.co/Qwen/Qwen2.5-7B, Qwen/Qwen2.5-32B), the fields that set shapes.
@@ -276,6 +276,11 @@ def outside_saved(s: Shape, b: int, m: Micro, flash: bool) -> tuple[float, str, 
             m.N * (b * s.hidden + 36), f"{m.N} x ({b} x {s.hidden} + 36) B")
 
 
+def vllm_share(c) -> float:
+    """The share of a GPU the learner's vLLM engine takes (policy.vllm_gpu_share: the flag, or 0.3 beside the trainer)."""
+    return policy.vllm_gpu_share(c.vllm_gpu_memory_utilization)
+
+
 def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     """The terms of each phase for one rank (rank0: the rank that writes final/)."""
     c, N, b, gpu = su.cfg, su.ranks, su.b, su.device == "gpu"
@@ -308,8 +313,8 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     seq = su.prompt_len + c.max_response_len
     gen = runtime + [master, adam]
     if su.engine == "vllm":
-        gen.append(Term("vLLM (weights, KV cache, workspace)", f"{c.vllm_gpu_memory_utilization:g} x {su.gpu_gib:g} GiB",
-                        c.vllm_gpu_memory_utilization * su.gpu_gib * GiB, "gpu"))
+        gen.append(Term("vLLM (weights, KV cache, workspace)", f"{vllm_share(c):g} x {su.gpu_gib:g} GiB",
+                        vllm_share(c) * su.gpu_gib * GiB, "gpu"))
         gen += root  # gathered by the sync check's forward, kept (FSDP2 reshards the root only after a backward)
     else:
         gen += root + ([layer(1, "one decoder layer gathered")] if fsdp else [])
@@ -403,8 +408,8 @@ def phases(s: Shape, su: Setup, rank0: bool) -> dict[str, list[Term]]:
     # sync (vLLM only)
     if su.engine == "vllm":
         out["sync"] = runtime + [master, adam] + root + [
-            Term("vLLM (awake)", f"{c.vllm_gpu_memory_utilization:g} x {su.gpu_gib:g} GiB",
-                 c.vllm_gpu_memory_utilization * su.gpu_gib * GiB, "gpu"),
+            Term("vLLM (awake)", f"{vllm_share(c):g} x {su.gpu_gib:g} GiB",
+                 vllm_share(c) * su.gpu_gib * GiB, "gpu"),
             Term("streamed tensor, bf16, and the engine's copy", f"2 x 2 B x {n(s.largest)}", 4 * s.largest, where)]
         if gpu:  # while the trainer works, the sleeping engine's weights wait in host memory (vLLM sleep level 1)
             for k in [k for k in out if k.startswith("train")] + ["step"]:
@@ -517,7 +522,7 @@ def render(s: Shape, su: Setup, res: dict) -> str:
                      f"{res['node_host'] / GiB:.0f} of {su.host_gib:g} GiB)")
         if su.engine == "vllm":
             kv_tok = s.layers * 2 * s.kv * 2  # bytes per token of an engine, bf16
-            avail = c.vllm_gpu_memory_utilization * su.gpu_gib * GiB - 2 * s.params / c.vllm_tp - 2 * GiB
+            avail = vllm_share(c) * su.gpu_gib * GiB - 2 * s.params / c.vllm_tp - 2 * GiB
             per_engine = avail * c.vllm_tp / kv_tok
             seq = su.prompt_len + c.max_response_len
             lines.append(f"vLLM KV cache: {avail / GiB:.1f} GiB per GPU after its weights ({2 * s.params / c.vllm_tp / GiB:.1f}"

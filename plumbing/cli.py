@@ -220,8 +220,8 @@ def _config_rules(c, world: int, engine: str):
     yield (c.vllm_tp > 1 and (c.max_policy_lag > 0 or c.generator_process),
            f"--vllm_tp {c.vllm_tp}: a generator process (--max_policy_lag) runs one engine on one device; use --vllm_tp 1 "
            "with it, or the inline loop (--max_policy_lag 0) with tensor parallelism")
-    yield (not 0 < c.vllm_gpu_memory_utilization <= 1,
-          f"--vllm_gpu_memory_utilization must be in (0, 1], got {c.vllm_gpu_memory_utilization}")
+    yield (not 0 <= c.vllm_gpu_memory_utilization <= 1,
+          f"--vllm_gpu_memory_utilization must be in [0, 1] (0: automatic), got {c.vllm_gpu_memory_utilization}")
     yield (c.max_rollout_age < 0, f"--max_rollout_age must be >= 0, got {c.max_rollout_age}")
     yield (c.log_every < 1, f"--log_every must be >= 1 step, got {c.log_every}")
     yield (c.probe_every < 0, f"--probe_every must be >= 0 (0 = off), got {c.probe_every}")

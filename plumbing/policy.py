@@ -313,6 +313,22 @@ def build_engine(name: str, *, model, tokenizer, model_dir: str | Path, device, 
     return engine
 
 
+COLOCATED_VLLM_SHARE = 0.3  # of the GPU, for a vLLM engine beside the trainer (it sleeps while the trainer works)
+
+
+def vllm_gpu_share(flag: float, colocated: bool = True, device=None, mem_get_info=None) -> float:
+    """vLLM's gpu_memory_utilization: --vllm_gpu_memory_utilization when set (> 0); else COLOCATED_VLLM_SHARE beside the
+    trainer, and on a generator worker's own GPU (colocated False, CUDA) what is free there now (after the worker's
+    model copy: vLLM refuses a share above the free memory, vllm/v1/worker/utils.py request_memory) less 0.05,
+    at most 0.9. mem_get_info: torch.cuda.mem_get_info's stand-in, (free, total) bytes of `device`."""
+    if flag > 0:
+        return flag
+    if colocated or getattr(device, "type", device) != "cuda":
+        return COLOCATED_VLLM_SHARE
+    free, total = (mem_get_info or torch.cuda.mem_get_info)(device)
+    return round(min(0.9, max(0.05, free / total - 0.05)), 2)
+
+
 def engine_dtype(device, bf16: bool = True) -> str:
     """The generation engine's weight dtype: bf16 on GPU (with --bf16), else fp32 (vLLM's GPU default would be the
     checkpoint's dtype, fp32 for an fp32 checkpoint: twice the memory and slower kernels)."""
@@ -333,7 +349,8 @@ def make_engine(cfg, model, tokenizer, device, world: int, longest_prompt: int, 
     engine = build_engine(cfg.engine, model=model, tokenizer=tokenizer, model_dir=cfg.model or str(DEFAULT_MODEL),
                                  device=device, seed=cfg.seed, world=world, sampler_logprobs=cfg.sampler_logprobs,
                                  max_model_len=max_len, max_batch=cfg.engine_max_batch,
-                                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization, temperature=cfg.temperature,
+                                 gpu_memory_utilization=vllm_gpu_share(cfg.vllm_gpu_memory_utilization, colocated, device),
+                                 temperature=cfg.temperature,
                                  top_p=cfg.top_p, announce=announce, tp=cfg.vllm_tp,
                                  dtype=engine_dtype(device, cfg.bf16), colocated=colocated)
     forward.set_fp32_head(model, engine.shares_module or getattr(engine, "fp32_head", False))

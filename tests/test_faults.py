@@ -510,7 +510,7 @@ REFUSED = [
     (["--save_every", "-1"], "--save_every must be >= 0"),
     (["--keep_checkpoints", "0"], "--keep_checkpoints must be >= 1"),
     (["--max_nonfinite_steps", "0"], "--max_nonfinite_steps must be >= 1"),
-    (["--vllm_gpu_memory_utilization", "0"], "--vllm_gpu_memory_utilization must be in (0, 1]"),
+    (["--vllm_gpu_memory_utilization", "1.5"], "--vllm_gpu_memory_utilization must be in [0, 1]"),
     (["--device", "tpu"], "--device must be auto, cpu or cuda"),
     (["--engine", "sglang"], "--engine must be auto, hf or vllm"),
     (["--instruction", "chat"], "--instruction must be dapo, none or a template holding {problem}"),

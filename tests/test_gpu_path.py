@@ -53,6 +53,28 @@ def test_a_generator_worker_sees_only_its_own_gpu_as_device_0():
     assert distributed.worker_env(torch.device("cpu"), 0, 1, None) == {}
 
 
+def test_a_worker_that_owns_its_gpu_gives_vllm_what_is_free_there(monkeypatch):
+    """--vllm_gpu_memory_utilization 0 (the default): 0.3 of the GPU for an engine beside the trainer, and for a
+    generator worker's engine, alone on its GPU beside the worker's model copy, what is free there less 0.05."""
+    import train
+
+    gib = 2**30
+    free = lambda n: (lambda device: (n * gib, 140 * gib))  # noqa: E731  torch.cuda.mem_get_info of a 140 GiB GPU
+    share, cuda = policy.vllm_gpu_share, torch.device("cuda", 0)
+    assert train.Config().vllm_gpu_memory_utilization == 0
+    assert share(0, True, cuda) == share(0, False, torch.device("cpu")) == policy.COLOCATED_VLLM_SHARE == 0.3
+    assert (share(0, False, cuda, free(133)), share(0, False, cuda, free(70)), share(0, False, cuda, free(3))) == (0.9, 0.45, 0.05)
+    assert share(0.5, False, cuda, free(133)) == share(0.5, True, cuda) == 0.5  # the flag, when set, wins
+    got = []  # policy.make_engine, as a generator worker calls it, hands the worker's share to the engine
+    monkeypatch.setattr(torch.cuda, "mem_get_info", free(120))
+    engine = types.SimpleNamespace(shares_module=True)
+    monkeypatch.setattr(policy, "build_engine", lambda *a, **k: got.append(k["gpu_memory_utilization"]) or engine)
+    model = types.SimpleNamespace()
+    for colocated in (False, True):
+        policy.make_engine(train.Config(), model, None, cuda, 1, 8, announce=False, colocated=colocated)
+    assert got == [round(120 / 140 - 0.05, 2), 0.3]
+
+
 def test_one_process_on_cuda_becomes_a_torchrun_job_of_one():
     env = distributed.single_process_env()
     assert {k: env[k] for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")} == dict.fromkeys(
