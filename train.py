@@ -576,6 +576,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg,
                               shard=dist.sharded)
     forward.prepare(model, cfg, device, dist.world)  # the log-prob pass as a method of the FSDP root; packing's attention
+    # before any forward: after a forward without backward FSDP2 leaves the root's parameters unsharded (registered as
+    # the full tensors), and an optimizer built then (after sync_engine's probe, say) would hold those, not the shards
     optimizer, scheduler = policy.make_optimizer(model, cfg)
     engine = policy.make_engine(cfg, model, tokenizer, device, dist.world, max(map(len, data.prompt_ids + (
         held_out.prompt_ids if held_out else []))), announce=dist.main,
