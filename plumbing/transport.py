@@ -215,7 +215,9 @@ class BroadcastWeights:
                 except PeerGone:
                     self.group.abort()  # the unfinished work and its communicator: the NCCL watchdog does not kill us
                     raise
-                if work.exception() is not None:  # finished by NCCL's watchdog on an error it saw first (NCCL_ERRORS)
+                # finished by NCCL's watchdog on an error it saw first (NCCL_ERRORS). Work.exception prints once that
+                # it is deprecated (pytorch/pytorch#46291); it is the one synchronous check of a non-blocking NCCL work
+                if work.exception() is not None:
                     raise RuntimeError(str(work.exception()))
             else:
                 work.wait()
