@@ -250,18 +250,27 @@ class Task:
     # --- built on the pieces above --------------------------------------------------------------
 
     def build_prompt(self, problem: Problem, tokenizer, cfg) -> list[int]:
-        """Prompt token ids: `messages`, then the tokenizer's chat template (plain lines without one).
+        """Prompt token ids of one problem (build_prompts)."""
+        return self.build_prompts([problem], tokenizer, cfg)[0]
 
-        A prompt longer than cfg.max_prompt_len is cut from the left (as the official scripts do)
-        only with --prompt_truncation left; otherwise it is returned whole and `load` decides.
+    def build_prompts(self, problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
+        """Prompt token ids of each problem: `messages`, then the tokenizer's chat template (plain lines without one).
+
+        One batch call for all of them: a dataset's 20,000 prompts are tokenised once per run, and one
+        call per prompt through the tokenizer's Python wrappers cost about 3 times as long (measured
+        on the tiny task). A prompt longer than cfg.max_prompt_len is cut from the left (as the
+        official scripts do) only with --prompt_truncation left; otherwise it is returned whole and
+        `load` decides.
         """
-        msgs = self.messages(problem, cfg)
+        conversations = [self.messages(p, cfg) for p in problems]
+        if not conversations:
+            return []
         if tokenizer.chat_template:
-            text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            texts = tokenizer.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False)
         else:
-            text = "\n".join(m["content"] for m in msgs) + "\n"
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        return ids[-cfg.max_prompt_len:] if cfg.prompt_truncation == "left" else ids
+            texts = ["\n".join(m["content"] for m in msgs) + "\n" for msgs in conversations]
+        ids = encode(tokenizer, texts)
+        return [x[-cfg.max_prompt_len:] for x in ids] if cfg.prompt_truncation == "left" else ids
 
     def load(self, spec: str, tokenizer, cfg, *, held_out: bool, limit: int = 0, flag: str = "") -> Dataset:
         """Read a dataset and tokenise every prompt once (before any training or evaluation).
@@ -293,8 +302,7 @@ class Task:
         info = {"dataset_rows": len(rows),
                 "rows_per_problem": next(iter(repeats)) if len(repeats) == 1 else {str(c): n for c, n in sorted(repeats.items())}}
         kept, ids, too_long = [], [], []
-        for p in problems:
-            x = self.build_prompt(p, tokenizer, cfg)
+        for p, x in zip(problems, self.build_prompts(problems, tokenizer, cfg)):
             if len(x) > cfg.max_prompt_len:
                 too_long.append((p.id, len(x)))
                 continue
@@ -505,6 +513,20 @@ def round_trip(task: Task, problems: list[Problem], tokenizer, cfg, name: str) -
           f"instruction); first: {named}" + (f". Characters the tokenizer cannot write: {lost}" if lost else "")
           + ". A tokenizer that covers them changes nothing (a byte-level BPE covers every character)", file=sys.stderr)
     return len(changed)
+
+
+def encode(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, no special tokens added: what `tokenizer(text, add_special_tokens=False)` gives, in
+    one call of a fast tokenizer's own batch encoder, each distinct text once (DAPO-Math-17k repeats its rows)."""
+    distinct = list(dict.fromkeys(texts))
+    if getattr(tokenizer, "is_fast", False):
+        encoded = [e.ids for e in tokenizer.backend_tokenizer.encode_batch(distinct, add_special_tokens=False)]
+    else:
+        encoded = tokenizer(distinct, add_special_tokens=False)["input_ids"] if distinct else []
+    if len(distinct) == len(texts):
+        return encoded
+    by_text = dict(zip(distinct, encoded))
+    return [list(by_text[t]) for t in texts]
 
 
 def _through(tokenizer, texts: list[str]) -> list[str]:

@@ -25,6 +25,7 @@ The RL run then does the improving (README "Demo result").
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import random
@@ -142,8 +143,15 @@ def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGIT
     """Up to n distinct problems from one side of the fixed split, each with a stable id.
 
     Stops early (with fewer rows) once 5000 draws in a row are unusable, i.e. when the split holds
-    fewer than n distinct problems.
+    fewer than n distinct problems. The rows are new dicts on every call; the draw itself is made once
+    per process for the same arguments (a pure function of them: 20,000 problems take about a second,
+    paid again by each run a process starts, as the tests do many times).
     """
+    return [dict(r) for r in _drawn_split(n, held_out, seed, min_digits, max_digits)]
+
+
+@functools.lru_cache(maxsize=8)
+def _drawn_split(n: int, held_out: bool, seed: int, min_digits: int, max_digits: int) -> tuple[dict, ...]:
     rng, rows, seen, misses = random.Random(seed), [], set(), 0
     while len(rows) < n and misses < 5000:
         p = make_problem(rng, min_digits, max_digits)
@@ -153,7 +161,7 @@ def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGIT
         seen.add(p["problem"])
         misses = 0
         rows.append({"id": f"{TASK_VERSION}-{'test' if held_out else 'train'}-{len(rows)}", **p})
-    return rows
+    return tuple(rows)
 
 
 def check_tokenizer(tokenizer) -> None:

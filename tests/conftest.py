@@ -26,10 +26,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from plumbing import models  # noqa: E402
+from marks import (pytest_collection_modifyitems, pytest_make_collect_report,  # noqa: E402,F401  (hooks)
+                   pytest_runtest_makereport, register_marks)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: takes minutes on 2 CPU cores (deselect with -m 'not slow')")
+    register_marks(config)
 
 
 # --- torchrun jobs of the tests: CPU ranks, also on a GPU machine ----------------------------------------------

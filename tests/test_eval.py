@@ -479,6 +479,7 @@ def _model_args() -> list[str]:
     return (["--model", TEST_MODEL] if TEST_MODEL else []) + ["--engine", "hf"]
 
 
+@pytest.mark.engine  # transformers: eval.py end to end
 def test_end_to_end_aime_parquet(tmp_path, capsys):
     out = tmp_path / "aime"
     ev.main(_model_args() + ["--data", str(AIME_PARQUET), "--limit", "5", "--k", "2", "--max_new_tokens", "16",
@@ -500,6 +501,7 @@ def test_end_to_end_aime_parquet(tmp_path, capsys):
     assert "avg@2" in capsys.readouterr().out
 
 
+@pytest.mark.engine  # transformers: eval.py end to end
 def test_end_to_end_tiny_task_and_compare(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     common = _model_args() + ["--data", "tiny", "--limit", "12", "--k", "4", "--max_new_tokens", "40", "--n_boot", "200"]

@@ -571,6 +571,7 @@ def _vllm_engine(model_dir: Path, tok, mode: str):
     return vllm_engine.VLLMEngine(model_dir, tok, seed=0, max_model_len=256, logprobs_mode=mode)
 
 
+@pytest.mark.engine  # vLLM
 @needs_vllm
 def test_vllm_ignores_checkpoint_generation_fields_and_logprobs_are_like_for_like(tmp_path, base_dir, prompts):
     """A checkpoint with repetition, presence and frequency penalties, top-k, min-p and a default

@@ -165,6 +165,7 @@ def _gap(logp, ent, ref) -> float:
 
 @pytest.mark.parametrize("layout", [dict(pack_micro_batches=True), dict(share_prompt_forward=False),
                                     dict(share_prompt_forward=True)])
+@pytest.mark.engine  # transformers: the model's forward, attention masks and KV cache
 def test_layouts_equal_separate_unpadded_forwards(tiny, layout):
     """Packed (one row, position ids restarting, no mask, no cache), padded, and padded with the
     shared prompt pass: per-token log-probs and entropies of the separate forwards within 1e-5 (fp32)."""
@@ -182,6 +183,7 @@ def test_layouts_equal_separate_unpadded_forwards(tiny, layout):
     assert float((logp * (1 - inputs.real)).abs().max()) == 0.0  # padding holds 0
 
 
+@pytest.mark.engine  # transformers: the model's forward, attention masks and KV cache
 def test_packing_traps_break_the_equality(tiny, monkeypatch):
     """The same packed pass with an all-ones 2-D attention mask, or with the KV cache left to the
     config's default (use_cache True: transformers then builds a DynamicCache), lets the sequences
@@ -259,6 +261,7 @@ def test_sequence_logprobs_is_the_trainers_pass(tiny):
     torch.testing.assert_close(lp.double(), _separate(model, batch, [0], 0.9)[0][0], atol=1e-5, rtol=0)
 
 
+@pytest.mark.engine  # transformers: the model's forward, attention masks and KV cache
 def test_tied_embeddings_get_the_gradient_of_both_uses(tiny):
     """The tied weight is the input embedding and the output head: the gradient through the
     hidden-state routine equals autograd through the model's own logits (both uses), in float64."""
@@ -285,6 +288,7 @@ def test_tied_embeddings_get_the_gradient_of_both_uses(tiny):
     torch.testing.assert_close(ours, theirs, atol=1e-10 * float(theirs.abs().max()), rtol=0)
 
 
+@pytest.mark.engine  # transformers: the model's forward, attention masks and KV cache
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_shared_prompt_forward_equals_plain_forward(tiny, temperature):
     """One pass per distinct prompt (--share_prompt_forward) gives the plain pass's log-probs,

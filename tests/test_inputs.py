@@ -132,6 +132,7 @@ def test_the_default_task_round_trips_silently(tiny_tok, capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.engine  # transformers: a real tokenizer and chat template
 def test_a_real_tokenizer_round_trips_the_official_aime_file(smollm2_dir, capsys):
     tok = policy.load_tokenizer(str(smollm2_dir))
     capsys.readouterr()

@@ -41,6 +41,8 @@ SHARDED_ERRORS = {  # the sharded loader only: from_pretrained reads the files t
     "stray": "consolidated.safetensors is not in model.safetensors.index.json",
 }
 
+pytestmark = pytest.mark.engine  # transformers: from_pretrained, model classes on the meta device
+
 
 def _qwen2(tie: bool, cls=None, **extra):
     from transformers import Qwen2Config

@@ -262,6 +262,7 @@ def test_paraphrases_under_torchrun_two_processes(one_process, tmp_path):
     assert _greedy(two) == _greedy(json.loads((one_process[1] / "report.json").read_text()))
 
 
+@pytest.mark.engine  # vLLM
 def test_paraphrases_with_vllm(tmp_path):
     """--engine vllm: the paraphrases are sampled by the same engine before it is closed."""
     try:

@@ -33,6 +33,8 @@ TRAIN_DATA = DATA / "dapo_math_17k_64.parquet"
 EVAL_DATA = DATA / "aime2024_dapo_eval.parquet"
 INSTRUCTION = "Solve the following math problem step by step"  # start of the official DAPO prefix
 
+pytestmark = pytest.mark.engine  # transformers: a real pretrained model end to end
+
 
 def _rows_by_index(path: Path) -> dict[str, dict]:
     """Parquet rows keyed by str(extra_info.index), the id task.Task.read gives them."""

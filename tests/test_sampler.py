@@ -101,6 +101,7 @@ def tiny_policy():
     return model, tok, prompts
 
 
+@pytest.mark.engine  # transformers: the model's KV cache; its TopPLogitsWarper
 def test_hf_engine_first_tokens_follow_the_nucleus_distribution(tiny_policy):
     model, tok, prompts = tiny_policy
     T, top_p, n = 1.5, 0.9, 2000
@@ -119,6 +120,7 @@ def test_hf_engine_first_tokens_follow_the_nucleus_distribution(tiny_policy):
     assert stat_full > crit
 
 
+@pytest.mark.engine  # transformers: the model's KV cache; its TopPLogitsWarper
 def test_hf_engine_samples_do_not_depend_on_max_batch(tiny_policy):
     model, tok, prompts = tiny_policy
     params = SamplingParams(n=4, max_new_tokens=24, temperature=1.0, top_p=0.7, seed=3)
@@ -132,6 +134,7 @@ def test_hf_engine_samples_do_not_depend_on_max_batch(tiny_policy):
     assert [[s.token_ids for s in g] for g in other_seed] != tokens[0]
 
 
+@pytest.mark.engine  # transformers: the model's KV cache; its TopPLogitsWarper
 @pytest.mark.parametrize("scale", [0.5, 2.0, 6.0, 12.0])
 def test_top_p_filter_keeps_the_warpers_nucleus(scale):
     from transformers import TopPLogitsWarper

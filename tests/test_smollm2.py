@@ -32,6 +32,8 @@ SMALL = ["--steps", "1", "--eval_limit", "2", "--eval_k", "2", "--group_size", "
          "--gen_prompts_per_round", "2", "--mini_batch_size", "8", "--micro_batch_size", "8", "--max_response_len", "12",
          "--overlong_buffer", "4"]
 
+pytestmark = pytest.mark.engine  # transformers: the GGUF conversion, a real tokenizer, chat template and model
+
 
 @pytest.fixture(scope="module")
 def run(smollm2_dir, tmp_path_factory):

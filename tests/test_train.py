@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import json
 import math
 
@@ -30,12 +31,24 @@ def tiny():
     return model, tok
 
 
-def test_end_to_end_tiny_default(tmp_path):
-    """`python train.py` with a few steps: every output a run promises exists and is consistent."""
-    run = tmp_path / "run"
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
+
+
+@pytest.fixture(scope="module")
+def default_run(tmp_path_factory):
+    """One short `python train.py` run shared by the tests that read its outputs (with --tensorboard
+    where the package is installed: .ci/run installs it)."""
+    run = tmp_path_factory.mktemp("default") / "run"
     train.main(["--run_dir", str(run), "--steps", "2", "--eval_limit", "8", "--eval_k", "2",
                 "--prompts_per_step", "8", "--gen_prompts_per_round", "12", "--mini_batch_size", "32",
-                "--micro_batch_size", "16"])
+                "--micro_batch_size", "16", "--tensorboard", str(HAS_TENSORBOARD).lower()])
+    return run
+
+
+@pytest.mark.engine  # transformers: generation, saving and loading final/
+def test_end_to_end_tiny_default(default_run):
+    """`python train.py` with a few steps: every output a run promises exists and is consistent."""
+    run = default_run
     cfg = json.loads((run / "config.json").read_text())
     assert cfg["config"]["steps"] == 2 and cfg["verifier_version"] == verifier.VERSION
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
@@ -403,14 +416,13 @@ def test_metrics_reach_tensorboard_and_wandb(tmp_path, monkeypatch):
     assert steps == sorted(steps)  # W&B drops a step that goes backwards
 
 
-def test_tensorboard_event_file_holds_the_metrics(tmp_path):
+def test_tensorboard_event_file_holds_the_metrics(default_run):
     """With the real tensorboard package: the event file reads back with the metrics.jsonl values."""
-    pytest.importorskip("tensorboard", reason="pip install tensorboard (.ci/run installs it)")
+    if not HAS_TENSORBOARD:
+        pytest.skip("pip install tensorboard (.ci/run installs it)")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run = tmp_path / "run"
-    train.main(["--run_dir", str(run), "--steps", "2", "--eval_data", "", "--prompts_per_step", "4",
-                "--gen_prompts_per_round", "6", "--mini_batch_size", "32", "--probe_every", "0", "--tensorboard", "true"])
+    run = default_run
     acc = EventAccumulator(str(run / "tb"))
     acc.Reload()
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
