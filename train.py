@@ -72,7 +72,7 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
-    surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after "
+    surrogate: str = F("clip", f"policy loss, one of {tuple(dapo.SURROGATES)}: clip (DAPO's, eps_low/eps_high), after "
                        "DAPO: cispo (MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); "
                        "docs/algorithm.md \"After DAPO\"")
     cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] "
@@ -534,15 +534,15 @@ def token_loss(logp, old_logp, adv, mask, old: forward.OldLogprobs, micro: list[
     """The per-token policy loss of a micro-batch and its statistics (each tensor (b, T)).
 
     By default DAPO's clipped objective with Clip-Higher, dapo.policy_loss (paper eq. 10); --surrogate
-    picks a successor (dapo.cispo_loss, dapo.gspo_loss). With generation beside the learner,
+    picks a successor from dapo.SURROGATES (dapo.cispo_loss, dapo.gspo_loss), with its knobs from the
+    config (`params`: a new surrogate adds its entry). With generation beside the learner,
     --offpolicy_objective wraps it in dapo.offpolicy_loss, whose "naive" objective is this same call.
     """
     params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),
               "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
-              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
+              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}.get(cfg.surrogate, {})
     if cfg.offpolicy_objective == "naive":  # the paper's loss: old = the learner's recomputed log-probs
-        surrogate = {"clip": dapo.policy_loss, "cispo": dapo.cispo_loss, "gspo": dapo.gspo_loss}[cfg.surrogate]
-        return surrogate(logp, old_logp.detach(), adv, mask, **params)
+        return dapo.SURROGATES[cfg.surrogate](logp, old_logp.detach(), adv, mask, **params)
     behav = old.sampler_rows(micro, old_logp)  # (b, T) log mu, the sampler's
     return dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective, cap=cfg.offpolicy_cap,
                                weight_mode=cfg.offpolicy_weight_mode, surrogate=cfg.surrogate, **params)
