@@ -65,11 +65,10 @@ import rollout
 import verifier
 from rollout import SamplingParams
 from task import FORMAT_ERRORS, Dataset, Task, load_task, task_spec
-from tasks import tiny
 from evaluation import compare, fixes, frontier, paraphrase, reports
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
-from plumbing import cli, distributed, models, policy
+from plumbing import checkpoints, cli, distributed, models, policy
 from plumbing.cli import F
 from plumbing.distributed import Dist, rank_seed, shard, unshard
 from plumbing.policy import repo_commit
@@ -420,7 +419,7 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
     saved = model_dir / "dapo_run.json"
     fields = {f.name for f in dataclasses.fields(ModelSettings)}
     if saved.exists():
-        config = tiny.upgrade_config(json.loads(saved.read_text())["config"])  # a run from before --task: the same run
+        config = checkpoints.upgrade_config(json.loads(saved.read_text())["config"])  # a run from before --task: the same run
         base = {k: v for k, v in config.items() if k in fields}
         source = str(saved)
     elif ecfg.max_new_tokens:

@@ -34,9 +34,8 @@ import eval as ev  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
 from evaluation import reports  # noqa: E402
-from plumbing import cli, distributed, policy  # noqa: E402
+from plumbing import checkpoints, cli, distributed, policy  # noqa: E402
 from task import Dataset, Problem, Task, load_task, task_spec  # noqa: E402
-from tasks import tiny  # noqa: E402
 from tasks.tiny import TinyTask  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -382,12 +381,15 @@ def test_a_checkpoint_from_before_the_task_flag_keeps_its_task_and_options(tmp_p
     """Configs saved before --task carried the tiny task's options as tiny_* fields: eval.py and a resume
     read them as TinyTask's task_args (only the ones that differ from its defaults, only on --data tiny)."""
     old = {"data": "tiny", "tiny_train_size": 20000, "tiny_heldout_size": 64, "tiny_heldout_seed": 3, "verifier": "dapo"}
-    new = tiny.upgrade_config(old)
+    new = checkpoints.upgrade_config(old)
     assert not any(k.startswith("tiny_") for k in new)
     assert json.loads(new["task_args"]) == {"heldout_size": 64, "heldout_seed": 3}
-    assert json.loads(tiny.upgrade_config({**old, "tiny_heldout_size": 256, "tiny_heldout_seed": 0})["task_args"]) == {}
-    assert "task_args" not in tiny.upgrade_config({**old, "data": "x.parquet"})  # a file's run: the options were unused
-    assert tiny.upgrade_config({"task_args": '{"train_size": 5}', "tiny_train_size": 9}) == {"task_args": '{"train_size": 5}'}
+    assert json.loads(checkpoints.upgrade_config({**old, "tiny_heldout_size": 256, "tiny_heldout_seed": 0})["task_args"]) == {}
+    assert "task_args" not in checkpoints.upgrade_config({**old, "data": "x.parquet"})  # a file's run: the options were unused
+    assert checkpoints.upgrade_config({"task_args": '{"train_size": 5}', "tiny_train_size": 9}) == {"task_args": '{"train_size": 5}'}
+    # the defaults the migration drops are the tiny task's (if TinyTask's change, old runs must spell theirs out)
+    assert {new: default for new, default in checkpoints._TINY_FIELDS.values()} == {
+        k: getattr(TinyTask(), k) for k in ("train_size", "heldout_size", "heldout_seed")}
     run = tmp_path / "old" / "final"
     run.mkdir(parents=True)
     (run / "config.json").write_text("{}")
