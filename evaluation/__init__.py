@@ -1,5 +1,8 @@
-"""The measurements behind eval.py, report.py and preflight.py: estimators and the tools built on them.
+"""The measurements behind eval.py, report.py, preflight.py and train.py's held-out numbers: estimators and the
+tools built on them.
 
+    measure.py      a model's answers sampled, scored by the task and summarised (`evaluate`), and the two
+                    measurements train.py's loop takes with it (held-out before and after, the probe set)
     estimators.py   avg@k, unbiased pass@k, maj@k, answer classes, diversity, bootstrap intervals
     compare.py      two reports on the same problems, paired (`python eval.py compare`)
     frontier.py     more samples of the base policy or training, at equal generated tokens

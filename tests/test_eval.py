@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
-from evaluation import reports  # noqa: E402
+from evaluation import measure, reports  # noqa: E402
 from plumbing import checkpoints, cli, distributed, policy  # noqa: E402
 from task import Dataset, Problem, Task, load_task, task_spec  # noqa: E402
 from tasks.tiny import TinyTask  # noqa: E402
@@ -122,12 +122,12 @@ def test_math_mode_vote_groups_equal_values():
     preds = ["\\frac{1}{2}", "0.5", "1/2", "3", "3"]
     correct = [True, True, True, False, False]
     assert ev.maj_at_k(preds, correct) is False  # the old vote, on strings
-    classes = ev.answer_classes(preds, ev.same_answer("math"))
+    classes = ev.answer_classes(preds, measure.same_answer("math"))
     assert classes == [0, 0, 0, 1, 1]
     assert ev.maj_at_k(classes, correct) is True
     more = ["3", None, "\\dfrac12", "0.50", "x", "\\sqrt{4}", "2", "3"]
-    assert ev.answer_classes(more, ev.same_answer("math")) == [0, None, 1, 1, 2, 3, 3, 0]  # 2 = sqrt 4
-    assert ev.majority_vote(ev.answer_classes(more, ev.same_answer("math"))) == 0  # a 2-2-2 tie: 3 comes first
+    assert ev.answer_classes(more, measure.same_answer("math")) == [0, None, 1, 1, 2, 3, 3, 0]  # 2 = sqrt 4
+    assert ev.majority_vote(ev.answer_classes(more, measure.same_answer("math"))) == 0  # a 2-2-2 tie: 3 comes first
 
 
 def test_evaluate_votes_by_class_in_math_mode():

@@ -1,10 +1,13 @@
 """The repository's layout as a reader meets it: the reading set at the root, machinery in folders.
 
 A static parse of every import of the project's modules, imports inside functions included (the
-modules are never imported here, so a broken module fails its own tests, not this one):
+modules are never imported into this process, so a broken module fails its own tests, not this one):
   * no import cycle among the project's modules;
   * plumbing/, evaluation/ and tasks/ never import a command a user types (train, eval, report,
     preflight), except the builder scripts that are themselves commands (`python -m tasks.tiny_base`);
+  * the trainer reaches no command and no task through its imports, direct or not; and importing
+    train.py (in a subprocess) loads no tasks.* module and no command: the task comes from the
+    config at run time (--task, task.BUILTIN_TASKS);
   * the root holds the reading set and the commands, nothing else;
   * no module over 650 lines but verifier.py (dapo.py: 800).
 """
@@ -12,6 +15,10 @@ modules are never imported here, so a broken module fails its own tests, not thi
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,6 +96,23 @@ def test_folders_never_import_the_commands():
     bad = {m: sorted(graph[m] & COMMANDS) for m in graph
            if m.split(".")[0] in FOLDERS and m not in FOLDER_COMMANDS and graph[m] & COMMANDS}
     assert not bad, f"machinery importing a command (move the call to the command, or the code out of it): {bad}"
+
+
+def test_the_trainer_loads_no_task_and_no_command():
+    graph, reached, todo = _graph(), set(), ["train"]
+    while todo:  # everything train.py imports, directly or through other modules
+        for t in graph[todo.pop()] - reached:
+            reached.add(t)
+            todo.append(t)
+    back = sorted(m for m in reached if m in COMMANDS or m.split(".")[0] == "tasks")
+    assert not back, f"train.py reaches {back} through its imports: a preset's values go in train.PRESETS, a measurement in evaluation/"
+    code = "import json, sys, train; print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.splitlines()[-1])
+    bad = [m for m in loaded if m.split(".")[0] == "tasks" or m in COMMANDS - {"train"}]
+    assert not bad, f"importing train.py loads {bad}: the task is the config's, loaded at run time"
 
 
 def test_the_root_holds_the_reading_set_and_the_commands():
