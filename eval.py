@@ -105,7 +105,7 @@ class EvalConfig:
     engine: str = F("hf", "hf | vllm | auto (vllm when `import vllm` works, else hf): the same rule and default as train.py")
     vllm_tp: int = F(1, "--engine vllm under torchrun: N consecutive ranks run one tensor-parallel engine; problems are "
                      "split across these groups (as train.py --vllm_tp)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws from "
+    engine_max_batch: int = F(256, "--engine hf: sequences decoded together (a memory knob: each sequence draws from "
                               "a seeded stream of its own, so samples do not change beyond float rounding)")
     device: str = F("auto", "auto | cpu | cuda (hf engine)")
     threads: int = F(1, "torch CPU threads (1: one thread per process is fastest on a shared CPU)")

@@ -1,4 +1,5 @@
-"""A run's directory: metrics and rollout logs, checkpoints and resume, signals and the time budget.
+"""A run's directory: metrics and rollout logs, when to checkpoint and how to resume (the checkpoints
+themselves: plumbing/checkpoints.py), signals and the time budget.
 
 Plumbing a learner may skip on first reading (with plumbing/policy.py). What a run directory holds:
 

@@ -490,7 +490,7 @@ def test_end_to_end_aime_parquet(tmp_path, capsys):
     assert (s["n_problems"], s["k"], s["n_samples"], s["max_new_tokens"]) == (5, 2, 2, 16)
     assert (s["temperature"], s["top_p"], s["seed"], s["greedy"]) == (1.0, 0.7, 0, True)
     assert (s["dataset_rows"], s["rows_per_problem"]) == (960, 32)
-    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"].startswith("hf-generate")
+    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"].startswith("hf-decode")
     assert s["model"] and s["config_source"] and s["template_hash"]
     assert len(rep["per_problem"]) == 5 and all(len(r["correct"]) == 2 for r in rep["per_problem"])
     assert all(max(r["lengths"]) <= 16 for r in rep["per_problem"])
