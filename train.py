@@ -20,9 +20,9 @@ then `train`, whose loop names each stage:
 
 The math of each stage is one function of dapo.py. The machinery a first reading can skip lives in
 plumbing/: the forward passes (plumbing/forward.py), building the policy and its engine
-(plumbing/policy.py), processes (plumbing/distributed.py), checkpoints and log files
-(plumbing/runlog.py). How this code departs from the paper and the official code: docs/algorithm.md
-"Departures from the paper and the official code".
+(plumbing/policy.py), processes (plumbing/distributed.py), the run directory and its log files
+(plumbing/runlog.py), checkpoints (plumbing/checkpoints.py). How this code departs from the paper and
+the official code: docs/algorithm.md "Departures from the paper and the official code".
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from task import Dataset, Problem, PromptStream, Task, task_of
 from evaluation import measure
 
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
-from plumbing import cli, distributed, forward, generator, models, policy, runlog
+from plumbing import cli, distributed, forward, generator, models, policy, runlog, update
 from plumbing.cli import F
 from plumbing.distributed import Dist, all_reduce_sum, clock
 
@@ -164,9 +164,9 @@ class Config:
     share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and "
                                          "reuse its KV cache for the G responses (same math, about half the "
                                          "trainer's work on short answers)")
-    engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, weights "
-                          "synced after every step), auto (vllm if importable, else hf)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws "
+    engine: str = F("hf", "generation engine: hf (the training model itself, in plumbing/decoding.py's decoding loop), "
+                          "vllm (vLLM, weights synced after every step), auto (vllm if importable, else hf)")
+    engine_max_batch: int = F(256, "--engine hf: sequences decoded together (a memory knob: each sequence draws "
                                    "from a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-prob of each token (sampler/* metrics, bypass/decoupled)")
     vllm_gpu_memory_utilization: float = F(0.3, "vLLM on GPU: fraction of GPU memory for its weights and KV cache")
@@ -491,10 +491,10 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     """
     if batch is None:  # nothing kept this step: nothing to train on
         return {"policy/optimizer_steps": 0, "policy/skipped_minibatches": 0}
-    minibatches = forward.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
+    minibatches = update.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
     den = [step_denominators(batch, mb, dist) for mb in minibatches]  # ({counts over all ranks}, {per-row counts})
     trained = [m for m, (counts, _) in enumerate(den) if counts["num_tokens"] > 0]  # the same list on every rank
-    stats, old = {}, forward.OldLogprobs(batch)  # old log-probs, entropy, sampler gap per response
+    stats, old = {}, update.OldLogprobs(batch)  # old log-probs, entropy, sampler gap per response
     # 5. Old log-probs: the learner's before this update (inline: the weights that generated the batch),
     # recomputed by the trainer. The first trained mini-batch trains before any optimizer step, so its old
     # log-probs are its own forward pass's (ratio exactly 1); only later mini-batches need this pass.
@@ -511,7 +511,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     for m in trained:
         mb, (counts, per_row) = minibatches[m], den[m]
         row_of = {i: r for r, i in enumerate(mb)}
-        for micro, real_pass in forward.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
+        for micro, real_pass in update.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
             inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
             logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
             first = m == trained[0] and real_pass  # no optimizer step yet: old = this pass, detached
@@ -530,7 +530,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             sums["loss"] += real_pass * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
                 sums[k] += st[k] * (real_pass * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
-        norms.append(forward.clip_and_step(model, optimizer, cfg.grad_clip, stats))
+        norms.append(update.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
     if trained:
         stats |= {f"policy/{k}": v / len(trained) for k, v in sums.items()} | {"policy/grad_norm": float(np.mean(norms))}
@@ -540,7 +540,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     return stats
 
 
-def token_loss(logp, old_logp, adv, mask, old: forward.OldLogprobs, micro: list[int], cfg: Config) -> tuple:
+def token_loss(logp, old_logp, adv, mask, old: update.OldLogprobs, micro: list[int], cfg: Config) -> tuple:
     """The per-token policy loss of a micro-batch and its statistics (each tensor (b, T)).
 
     By default DAPO's clipped objective with Clip-Higher, dapo.policy_loss (paper eq. 10); --surrogate
