@@ -9,7 +9,7 @@ modules are never imported into this process, so a broken module fails its own t
     train.py (in a subprocess) loads no tasks.* module and no command: the task comes from the
     config at run time (--task, task.BUILTIN_TASKS);
   * the root holds the reading set and the commands, nothing else;
-  * no module over 650 lines but verifier.py (dapo.py: 800).
+  * no module over 650 lines but those MAX_LINES names, each with its reason.
 """
 
 from __future__ import annotations
@@ -28,7 +28,15 @@ COMMANDS = {"train", "eval", "report", "preflight"}
 FOLDER_COMMANDS = {"tasks.tiny_base"}
 ROOT_MODULES = {"dapo", "train", "task", "rollout", "verifier", "eval", "report", "preflight",
                 "tiny_base"}  # tiny_base.py: only prints where the builder moved (python -m tasks.tiny_base)
-MAX_LINES = {"verifier.py": None, "dapo.py": 800}
+# The size cap is 650 lines. A file that reaches it is split by concern (two concerns, two files named for
+# them), or, where it is one concern, given its own cap here with the reason; code is never moved out only
+# for the count. None: no cap.
+MAX_LINES = {
+    "verifier.py": None,
+    "dapo.py": 800,  # the whole algorithm, one pure function per intervention, read top to bottom
+    "train.py": 750,  # the design card's one file: the config, one DAPO step in the order it runs, the loop
+    "plumbing/generator.py": 700,  # one concern, the pool of generator processes: start, admission, weights, failures
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -124,4 +132,5 @@ def test_the_root_holds_the_reading_set_and_the_commands():
 def test_no_module_over_650_lines():
     sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _modules().values()}
     over = {f: n for f, n in sizes.items() if n > (MAX_LINES.get(f, 650) or n)}
-    assert len(sizes) > 20 and not over, f"over the size limit: {over}"
+    assert len(sizes) > 20 and not over, (f"over the size limit: {over}. Split the file by concern, or, if it is one "
+                                          "concern, raise its cap in MAX_LINES with the reason")
