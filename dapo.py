@@ -609,7 +609,7 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
 
 # The one map from --surrogate to its per-token loss, read by train.token_loss and offpolicy_loss.
 # A new surrogate takes policy_loss's arguments (plus knobs of its own, keyword-only) and returns
-# what it returns; it is a function above and one entry here (docs/forking.md "Add a surrogate").
+# what it returns; it is a function above and one entry here (docs/forking.md "Add a loss variant").
 SURROGATES = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}
 
 
