@@ -607,7 +607,10 @@ def gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tens
     return loss_tok, stats
 
 
-SURROGATES = ("clip", "cispo", "gspo")  # offpolicy_loss(surrogate=...): policy_loss, cispo_loss, gspo_loss
+# The one map from --surrogate to its per-token loss, read by train.token_loss and offpolicy_loss.
+# A new surrogate takes policy_loss's arguments (plus knobs of its own, keyword-only) and returns
+# what it returns; it is a function above and one entry here (docs/forking.md "Add a loss variant").
+SURROGATES = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}
 
 
 # --- beyond the paper: off-policy correction (asynchronous training; not a DAPO intervention) -----
@@ -711,7 +714,7 @@ def offpolicy_loss(
         behav_logp: (B, T) float, log mu (the sampler's; detached here), or None for "naive".
         advantages: (B,) or (B, T) float. mask: (B, T) bool or {0, 1}; pass it on to aggregate_loss.
         objective: one of OFFPOLICY_OBJECTIVES. cap, weight_mode: C and mode of behaviour_weight.
-        surrogate: one of SURROGATES ("clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss).
+        surrogate: a key of SURROGATES ("clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss).
         **params: that function's keyword arguments (clip: eps_low, eps_high, dual_clip; cispo: low,
             high; gspo: eps_low, eps_high); its defaults where absent.
 
@@ -726,14 +729,13 @@ def offpolicy_loss(
     if objective not in OFFPOLICY_OBJECTIVES:
         raise ValueError(f"unknown off-policy objective {objective!r}; choose one of {OFFPOLICY_OBJECTIVES}")
     if surrogate not in SURROGATES:
-        raise ValueError(f"unknown surrogate {surrogate!r}; choose one of {SURROGATES}")
+        raise ValueError(f"unknown surrogate {surrogate!r}; choose one of {tuple(SURROGATES)}")
     if prox_logp is None and objective != "bypass":
         raise ValueError(f"objective {objective!r} needs prox_logp (the learner's recomputed log-probs)")
     if behav_logp is None and objective != "naive":
         raise ValueError(f"objective {objective!r} needs behav_logp (keep the sampler's log-probs)")
     old = (behav_logp if objective == "bypass" else prox_logp).detach()  # (B, T)
-    loss_fn = {"clip": policy_loss, "cispo": cispo_loss, "gspo": gspo_loss}[surrogate]  # per call: patchable in tests
-    loss_tok, stats = loss_fn(logp, old, advantages, mask, **params)  # (B, T)
+    loss_tok, stats = SURROGATES[surrogate](logp, old, advantages, mask, **params)  # (B, T)
     if prox_logp is not None and behav_logp is not None:
         level = "sequence" if surrogate == "gspo" else "token"
         w, w_stats = behaviour_weight(prox_logp, behav_logp, mask, cap=cap, mode=weight_mode, level=level)  # (B, T)

@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{s['prompts']} prompts x G={s['group_size']} from {s['data']} (data {s['dataset_hash']}, prompt set {s['prompt_set_hash']}), "
           f"{s['gen_seconds']} s")
     print(f"verdicts ({s['verifier']}): " + ", ".join(f"{r} {k}" for r, k in c["reasons"].items()))
-    print("format errors: " + ", ".join(f"{f} {k}" for f, k in c["format_errors"].items()))
+    print("format errors (DAPO's 'Answer:' rule): " + ", ".join(f"{f} {k}" for f, k in c["format_errors"].items()))
     print("modes: " + ", ".join(f"{m} correct {'-' if v['correct_frac'] is None else format(v['correct_frac'], '.3f')}"
                                 + (f" (disagrees on {v['disagree']})" if m != s["verifier"] else "") for m, v in c["modes"].items()))
     print(f"groups: all right {g['all_correct']:.3f}, all wrong {g['all_wrong']:.3f}: dynamic sampling drops "

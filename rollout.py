@@ -7,8 +7,9 @@ group. This file turns prompts (token ids) into rollouts and says exactly how ea
     (never decoded and re-encoded); the finish reason says whether a response was cut by the token
     budget ("length") or ended with EOS ("stop"), so truncation never depends on pad == eos
     (docs/PITFALLS.md, failure 4).
-  * `HFEngine`: transformers `generate` on the training model itself (colocated, no copy, so a
-    weight sync is only a version bump). Works everywhere, including under FSDP.
+  * `HFEngine`: the training model itself, sampled by a decoding loop of our own over its forward
+    (plumbing/decoding.py; not transformers `generate`), colocated, no copy, so a weight sync is
+    only a version bump. Works everywhere, including under FSDP.
   * `VLLMEngine` (plumbing/vllm_engine.py, which imports vLLM only when an engine is built, so nothing
     here needs vLLM) plugs in behind the same interface, one engine per process or one per group
     of ranks (tensor parallelism, `Engine.tp`). policy.build_engine is the one factory of both.
@@ -180,7 +181,7 @@ def sync_failure(after: float, before: float | None, noise: float | None, floor:
                "weights" if stale else "") + (f"; before the sync it was {before:.3g}" if before is not None and not stale else ""))
 
 
-# --- plumbing: transformers generate ------------------------------------------------------------------
+# --- plumbing: the transformers engine (the training model, decoded by plumbing/decoding.py) --------------
 
 
 def _stop_ids(model, tokenizer) -> list[int]:
@@ -265,7 +266,8 @@ class HFEngine(Engine):
     off-policy; evaluation/fixes.py uses it to constrain the format of an answer.
     """
 
-    name = "hf-generate"
+    name = "hf-decode"  # runs and reports written before this name say "hf-generate": the same engine (on transformers
+    # `generate` until plumbing/decoding.py replaced it, with the same samples); nothing compares the two names
     seeded = True
     shares_module = True
 

@@ -15,7 +15,7 @@ train.py (rollouts, the probe set, held-out evaluation), eval.py and preflight.p
 To train on another task, subclass Task (a dataclass: its fields are the task's options), override
 these methods, and name it on the command line of every entry point:
 
-    python train.py --task mytask:UnitsDigit --task_args '{"digits": 2}' --data units
+    python train.py --task mytask:UnitsDigit --task_args '{"n_problems": 128}' --data units --eval_data units
     python eval.py --model runs/units            # the run's task, from its config
     python preflight.py --task mytask:UnitsDigit --data units
 

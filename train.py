@@ -20,9 +20,9 @@ then `train`, whose loop names each stage:
 
 The math of each stage is one function of dapo.py. The machinery a first reading can skip lives in
 plumbing/: the forward passes (plumbing/forward.py), building the policy and its engine
-(plumbing/policy.py), processes (plumbing/distributed.py), checkpoints and log files
-(plumbing/runlog.py). How this code departs from the paper and the official code: docs/algorithm.md
-"Departures from the paper and the official code".
+(plumbing/policy.py), processes (plumbing/distributed.py), the run directory and its log files
+(plumbing/runlog.py), checkpoints (plumbing/checkpoints.py). How this code departs from the paper and
+the official code: docs/algorithm.md "Departures from the paper and the official code".
 """
 
 from __future__ import annotations
@@ -39,16 +39,17 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# the algorithm, the task and the measurements: the reading set
+# the algorithm and the task: the reading set
 import dapo
-import eval as ev  # measuring a model (`ev`, not `eval`: the name would shadow the builtin)
 import rollout
 from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task, task_of
-from tasks import arith
+
+# the measurements the loop takes (evaluation/measure.py: held-out before and after, the probe set)
+from evaluation import measure
 
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
-from plumbing import cli, distributed, forward, generator, models, policy, runlog
+from plumbing import cli, distributed, forward, generator, models, policy, runlog, update
 from plumbing.cli import F
 from plumbing.distributed import Dist, all_reduce_sum, clock
 
@@ -72,7 +73,7 @@ class Config:
     overlong_factor: float = F(1.0, "soft punishment factor (paper 1.0)")
     scale_adv_by_std: bool = F(True, "divide advantages by the group std (False = Dr. GRPO)")
     verifier: str = F("dapo", "answer rule: dapo | dapo-official | math (verifier.py)")
-    surrogate: str = F("clip", f"policy loss, one of {dapo.SURROGATES}: clip (DAPO's, eps_low/eps_high), after "
+    surrogate: str = F("clip", f"policy loss, one of {tuple(dapo.SURROGATES)}: clip (DAPO's, eps_low/eps_high), after "
                        "DAPO: cispo (MiniMax-M1), gspo (Qwen; needs --loss_agg seq-mean-token-mean); "
                        "docs/algorithm.md \"After DAPO\"")
     cispo_low: float = F(0.0, "[1 - eps_IS_low] --surrogate cispo: lowest importance weight, absolute, in [0, 1] "
@@ -163,9 +164,9 @@ class Config:
     share_prompt_forward: bool = F(True, "padded micro-batches: run each group's prompt once per forward pass and "
                                          "reuse its KV cache for the G responses (same math, about half the "
                                          "trainer's work on short answers)")
-    engine: str = F("hf", "generation engine: hf (transformers generate on the training model), vllm (vLLM, weights "
-                          "synced after every step), auto (vllm if importable, else hf)")
-    engine_max_batch: int = F(256, "--engine hf: sequences per generate call (a memory knob: each sequence draws "
+    engine: str = F("hf", "generation engine: hf (the training model itself, in plumbing/decoding.py's decoding loop), "
+                          "vllm (vLLM, weights synced after every step), auto (vllm if importable, else hf)")
+    engine_max_batch: int = F(256, "--engine hf: sequences decoded together (a memory knob: each sequence draws "
                                    "from a seeded stream of its own, so samples do not change beyond float rounding)")
     sampler_logprobs: bool = F(True, "keep the sampler's log-prob of each token (sampler/* metrics, bypass/decoupled)")
     vllm_gpu_memory_utilization: float = F(0.0, "vLLM on GPU: fraction of GPU memory for its weights and KV cache; 0 = "
@@ -243,7 +244,16 @@ PRESETS: dict[str, dict] = {
                   micro_batch_size=4, dual_clip=10.0, eval_k=32, eval_top_p=0.7, instruction="dapo",
                   prompt_truncation="left", data="", eval_data="", steps=1000, save_every=10, engine="auto",
                   sampler_logprobs=False),
-    "smollm2-arith": arith.SMOLLM2_PRESET,  # a real model in 30 min on 2 cores (docs/results.md "SmolLM2 on")
+    # SmolLM2-135M-Instruct on integer arithmetic (tasks/arith.py) in 30 minutes on 2 CPU cores (docs/results.md
+    # "SmolLM2 on arithmetic" says what was tried). Evaluation as the paper's (T 1.0, top_p 0.7); training at top_p
+    # 0.7 too: at 1.0 this model's samples are mostly noise and no group has a right answer. One round of 12
+    # prompts for 12 groups: a short batch is the plan (said once at the start; groups/exhausted counts it).
+    "smollm2-arith": dict(
+        model="smollm2-135m-instruct", task="tasks.arith:Arithmetic", task_args='{"levels": [1, 2, 3], "style": "bare"}',
+        data="arith", eval_data="arith", eval_limit=64, eval_k=4,
+        group_size=8, prompts_per_step=12, gen_prompts_per_round=12, max_gen_rounds=1, on_exhausted="partial",
+        max_response_len=48, overlong_buffer=8, top_p=0.7, lr=2e-5, mini_batch_size=96, micro_batch_size=32,
+        sampler_logprobs=False, probe_every=0, steps=15, max_seconds=1380.0, run_dir="runs/smollm2-arith"),
     **_ladder_presets(),
 }
 
@@ -482,10 +492,10 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     """
     if batch is None:  # nothing kept this step: nothing to train on
         return {"policy/optimizer_steps": 0, "policy/skipped_minibatches": 0}
-    minibatches = forward.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
+    minibatches = update.split_minibatches(batch, cfg.mini_batch_size, dist)  # this rank's rows of each
     den = [step_denominators(batch, mb, dist) for mb in minibatches]  # ({counts over all ranks}, {per-row counts})
     trained = [m for m, (counts, _) in enumerate(den) if counts["num_tokens"] > 0]  # the same list on every rank
-    stats, old = {}, forward.OldLogprobs(batch)  # old log-probs, entropy, sampler gap per response
+    stats, old = {}, update.OldLogprobs(batch)  # old log-probs, entropy, sampler gap per response
     # 5. Old log-probs: the learner's before this update (inline: the weights that generated the batch),
     # recomputed by the trainer. The first trained mini-batch trains before any optimizer step, so its old
     # log-probs are its own forward pass's (ratio exactly 1); only later mini-batches need this pass.
@@ -502,7 +512,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     for m in trained:
         mb, (counts, per_row) = minibatches[m], den[m]
         row_of = {i: r for r, i in enumerate(mb)}
-        for micro, real_pass in forward.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
+        for micro, real_pass in update.micro_batches_all_ranks(mb, batch, cfg, dist):  # 0.0: a pass keeping ranks in step
             inputs = forward.micro_batch(batch, micro, pad_id, device, cfg)  # packed or padded
             logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T), (b, T)
             first = m == trained[0] and real_pass  # no optimizer step yet: old = this pass, detached
@@ -521,7 +531,7 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
             sums["loss"] += real_pass * float(loss.detach())
             for k in keys:  # seq_*: weighted by this pass's share of the responses (the seq-mean denominator)
                 sums[k] += st[k] * (real_pass * len(micro) / counts["num_seqs"] if k.startswith("seq_") else share)
-        norms.append(forward.clip_and_step(model, optimizer, cfg.grad_clip, stats))
+        norms.append(update.clip_and_step(model, optimizer, cfg.grad_clip, stats))
     sums = {k: all_reduce_sum(v, dist) for k, v in sums.items()}  # every rank calls, also with nothing trained
     if trained:
         stats |= {f"policy/{k}": v / len(trained) for k, v in sums.items()} | {"policy/grad_norm": float(np.mean(norms))}
@@ -531,19 +541,19 @@ def update_policy(model, optimizer, batch: Batch | None, cfg: Config, dist: Dist
     return stats
 
 
-def token_loss(logp, old_logp, adv, mask, old: forward.OldLogprobs, micro: list[int], cfg: Config) -> tuple:
+def token_loss(logp, old_logp, adv, mask, old: update.OldLogprobs, micro: list[int], cfg: Config) -> tuple:
     """The per-token policy loss of a micro-batch and its statistics (each tensor (b, T)).
 
     By default DAPO's clipped objective with Clip-Higher, dapo.policy_loss (paper eq. 10); --surrogate
-    picks a successor (dapo.cispo_loss, dapo.gspo_loss). With generation beside the learner,
+    picks a successor from dapo.SURROGATES (dapo.cispo_loss, dapo.gspo_loss), with its knobs from the
+    config (`params`: a new surrogate adds its entry). With generation beside the learner,
     --offpolicy_objective wraps it in dapo.offpolicy_loss, whose "naive" objective is this same call.
     """
     params = {"clip": dict(eps_low=cfg.eps_low, eps_high=cfg.eps_high, dual_clip=cfg.dual_clip or None),
               "cispo": dict(low=cfg.cispo_low, high=cfg.cispo_high),
-              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}[cfg.surrogate]
+              "gspo": dict(eps_low=cfg.gspo_eps_low, eps_high=cfg.gspo_eps_high)}.get(cfg.surrogate, {})
     if cfg.offpolicy_objective == "naive":  # the paper's loss: old = the learner's recomputed log-probs
-        surrogate = {"clip": dapo.policy_loss, "cispo": dapo.cispo_loss, "gspo": dapo.gspo_loss}[cfg.surrogate]
-        return surrogate(logp, old_logp.detach(), adv, mask, **params)
+        return dapo.SURROGATES[cfg.surrogate](logp, old_logp.detach(), adv, mask, **params)
     behav = old.sampler_rows(micro, old_logp)  # (b, T) log mu, the sampler's
     return dapo.offpolicy_loss(logp, old_logp, behav, adv, mask, objective=cfg.offpolicy_objective, cap=cfg.offpolicy_cap,
                                weight_mode=cfg.offpolicy_weight_mode, surrogate=cfg.surrogate, **params)
@@ -586,7 +596,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     run, resumed = runlog.start(cfg, Config(), RESUME_FREE_FIELDS, model, optimizer, scheduler, engine, tokenizer, data,
                                 held_out, task.template_hash(tokenizer, cfg), dist, device)
     if "heldout_before" not in run.state:  # a resumed run keeps its first evaluation
-        run.state["heldout_before"] = ev.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
+        run.state["heldout_before"] = measure.held_out(engine, tokenizer, held_out, cfg, task, dist, "before")
         run.log.scalars(run.state["heldout_before"], run.start)  # held-out curves: "before" at step 0, "after" at the end
 
     source = generator.make_source(cfg, task, model, engine, data, dist, run.start, resumed, collect_groups, Group)
@@ -594,8 +604,8 @@ def train(cfg: Config, task: Task | None = None) -> dict:
         for step in run.steps():
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
-                probe, probe_records = ev.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
-                                                        step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
+                probe, probe_records = measure.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
+                                                     step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
             if source.inline:  # the official loop: the learner samples with the weights it has just trained
@@ -617,7 +627,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
                 run.save_checkpoint(step + 1, model, optimizer, scheduler, source.state())
             if run.interrupted:
                 return run.stop(step)
-    after = ev.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
+    after = measure.held_out(engine, tokenizer, held_out, cfg, task, dist, "after")
     return run.finish(model, tokenizer, run.state["heldout_before"], after)
 
 

@@ -5,7 +5,7 @@
 Which levels of tasks/arith.py a model can learn on is measured, not guessed: RL needs groups with
 some right and some wrong answers (dynamic sampling keeps only those), so a level where the base
 model is never right, or always right, teaches nothing. For each level and style this samples k
-answers to the first --limit held-out problems under the DAPO instruction (eval.evaluate, the
+answers to the first --limit held-out problems under the DAPO instruction (measure.evaluate, the
 verifier's "dapo" rule) and prints avg@k with its 95% interval, the share of groups of k with mixed
 correctness (what dynamic sampling would keep at G = k), the format-error rate (no single
 well-formed final answer) and the share in exactly the instruction's "Answer: N" form.

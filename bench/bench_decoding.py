@@ -22,7 +22,6 @@ calls   whole requests, each engine in turn with the same prompts and seeds: a t
 from __future__ import annotations
 
 import argparse
-import inspect
 import statistics
 import sys
 import time
@@ -37,7 +36,7 @@ import torch  # noqa: E402
 from transformers import GenerationConfig, LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper  # noqa: E402
 
 import rollout  # noqa: E402
-from plumbing import decoding  # noqa: E402
+from plumbing import decoding, forward  # noqa: E402
 from plumbing.forward import inference  # noqa: E402
 from rollout import Sample  # noqa: E402
 
@@ -130,8 +129,7 @@ def main() -> None:
     with torch.no_grad():
         ids = torch.tensor([data.prompt_ids[i % 8][:90] for i in range(B)])  # (32, 90): equal lengths, no padding
         out = model(input_ids=ids[:, :-1], use_cache=True)
-        cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values
-        kw = {"cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values": cache}
+        kw = {forward.cache_kwarg(model): getattr(out, forward.cache_kwarg(model))}  # the prompt's KV cache
         logits = out.logits[:, -1].float()
         u = torch.rand(B, dtype=torch.float64)
         warper = TopPLogitsWarper(0.7)

@@ -74,15 +74,15 @@ def long_mix(model, tok, rng: random.Random):
 
 def counts(batch, cfg) -> dict:
     """Real tokens, tokens fed to the model and attention pairs computed, summed over the step's passes."""
-    from plumbing import forward
+    from plumbing import update
     from plumbing.distributed import Dist
 
     real = fed = pairs = 0
-    for mb in forward.split_minibatches(batch, cfg.mini_batch_size, Dist()):
-        for micro in forward.micro_batches(mb, batch, cfg):
+    for mb in update.split_minibatches(batch, cfg.mini_batch_size, Dist()):
+        for micro in update.micro_batches(mb, batch, cfg):
             P = max(len(batch.prompt_ids[i]) for i in micro)
             T = max(len(batch.response_ids[i]) for i in micro)
-            n = sum(forward.tokens_of(batch, i) for i in micro)
+            n = sum(update.tokens_of(batch, i) for i in micro)
             u = len({tuple(batch.prompt_ids[i]) for i in micro})
             real += n
             if cfg.pack_micro_batches:

@@ -37,7 +37,7 @@ learn: ours is `python train.py`'s defaults (full DAPO: dynamic sampling, overlo
 with a wall-clock cutoff; TRL the speed settings above. Each trains for --budget seconds from
 assets/tiny-base (checked before starting each rollout batch), saves the model, and one evaluation
 process scores the base model and both results on the same 256 held-out problems with the same
-sampling (eval.evaluate: k=4, T=1.0, top_p=0.7, the same seed).
+sampling (measure.evaluate: k=4, T=1.0, top_p=0.7, the same seed).
 
 Our side's budget is train.py's own --max_seconds (the run ends after the step that crosses it);
 times per rollout batch are differences of metrics.jsonl's time/elapsed (end of each step).

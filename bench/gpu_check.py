@@ -14,9 +14,9 @@ and writes: the load's peak and bit-equality with from_pretrained; the bf16-vs-f
 the trainer's own pass (the noise a weight-sync check must tolerate, rollout.sync_failure); per
 forward layout (shared prompt pass, padded, packed) the gap, the bytes kept after the forward beside
 bench/memory_plan.py's figure, a timed training step (synchronised clocks) and its peak; the weight
-stream a vLLM sync consumes; a DCP checkpoint round trip; and transformers generate through the
-FSDP2 root. Nothing large is written where the JSON goes. Every JSON is strict (NaN, inf: null), and
-`summary` attaches WORK_DIR/<step>.json to each step of status.tsv.
+stream a vLLM sync consumes; a DCP checkpoint round trip; and the transformers engine
+(rollout.HFEngine, its own decoding loop) through the FSDP2 root. Nothing large is written where the JSON goes.
+Every JSON is strict (NaN, inf: null), and `summary` attaches WORK_DIR/<step>.json to each step of status.tsv.
 """
 
 from __future__ import annotations
@@ -177,7 +177,7 @@ def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
     import memory_plan
     import rollout
     import train
-    from plumbing import checkpoints, distributed, forward, loading, policy
+    from plumbing import checkpoints, distributed, forward, loading, policy, update
     from plumbing.distributed import clock
 
     dist, device = distributed.init_distributed("auto", one_rank_mesh=True)
@@ -237,7 +237,7 @@ def fsdp(path: str, out: Path, tokens: int, ckpt: bool) -> None:
         kept = (torch.cuda.memory_allocated() - base) / 2**30 if _cuda() else float("nan")
         loss = -(logp * inputs.mask).sum() / inputs.mask.sum()
         loss.backward()
-        norm = forward.clip_and_step(model, optimizer, cfg.grad_clip, {})
+        norm = update.clip_and_step(model, optimizer, cfg.grad_clip, {})
         step_s = clock() - t1
         m = memory_plan.Micro(name, G, 1 if name == "shared" else G, inputs.prompt_len, inputs.real.shape[1],
                               int(inputs.tokens.numel()), int(inputs.input_ids.numel()))

@@ -201,7 +201,7 @@ def micro_batch(s: Setup) -> Micro:
 
     Rows: --micro_batch_size, or with --micro_batch_tokens as many full-length sequences as the
     budget holds (at least one; padded and packed cost the same at equal lengths). A micro-batch
-    holds whole groups (forward.micro_batches keeps a rank's rows in order, groups contiguous), so
+    holds whole groups (update.micro_batches keeps a rank's rows in order, groups contiguous), so
     u = ceil(b / group_size). The layout is forward.logprobs's: packed with --pack_micro_batches;
     the shared prompt pass when --share_prompt_forward and some prompt repeats (u < b), not under
     activation checkpointing (no KV cache); else the plain padded pass.

@@ -1,10 +1,14 @@
-"""The measurements behind eval.py, report.py and preflight.py: estimators and the tools built on them.
+"""The measurements behind eval.py, report.py, preflight.py and train.py's held-out numbers: estimators and the
+tools built on them.
 
+    measure.py      a model's answers sampled, scored by the task and summarised (`evaluate`), and the two
+                    measurements train.py's loop takes with it (held-out before and after, the probe set)
     estimators.py   avg@k, unbiased pass@k, maj@k, answer classes, diversity, bootstrap intervals
     compare.py      two reports on the same problems, paired (`python eval.py compare`)
     frontier.py     more samples of the base policy or training, at equal generated tokens
                     (`python eval.py frontier`)
     audit.py        a stratified sample of rewarded answers for a human, and flags on reward hacks
+    diagnosis.py    which of DAPO's four boundaries a training run crossed, and the switch for it (report.py)
     paraphrase.py   the same problems in other words, scored beside the originals
     fixes.py        before RL: a format error fixed by prompt, schema or retry, with costs (`python eval.py fixes`)
     reports.py      an evaluation report on disk (report.json, report.md) and the paper's protocol it is

@@ -56,7 +56,7 @@ def answer_classes(answers: list[str | None], same=operator.eq) -> list[int | No
 
     answers: (k,) extracted answers of one problem's samples, None where nothing was extracted
     (None stays None: it is in no class). same(representative, answer) -> bool: the verifier's
-    equality (eval.same_answer; `==` for the integer modes, whose answers are already canonical).
+    equality (measure.same_answer; `==` for the integer modes, whose answers are already canonical).
     Each new distinct answer string is compared with the first answer (the representative) of
     each class in order and joins the first that equals it, else opens a class: at most one
     comparison per (distinct string, class), and a tolerance that is not transitive (a decimal
@@ -225,7 +225,7 @@ def diversity_curve(labels: list, responses: list) -> dict[str, np.ndarray]:
 def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
     """Per-problem value of every metric with an interval: {name: (P,) float64}; each metric is its mean.
 
-    records: per-problem dicts from eval.evaluate (fields correct (k bools), maj_correct, and
+    records: per-problem dicts from measure.evaluate (fields correct (k bools), maj_correct, and
     greedy_correct when the greedy pass ran; lengths (k token counts) and classes /
     response_class (k labels) when present: reports written before these fields lack them).
     Names: avg@k, pass@1..pass@k, maj@k, [greedy_pass@1], [format_error], [exact_form], [tokens_per_problem],
@@ -246,7 +246,7 @@ def problem_scores(records: list[dict]) -> dict[str, np.ndarray]:
     out[f"maj@{k}"] = np.array([r["maj_correct"] for r in records], dtype=float)  # (P,)
     if all("greedy_correct" in r for r in records):
         out["greedy_pass@1"] = np.array([r["greedy_correct"] for r in records], dtype=float)  # (P,)
-    for name in ("format_error", "exact_form"):  # share of a problem's samples (eval.evaluate's per-sample flags)
+    for name in ("format_error", "exact_form"):  # share of a problem's samples (measure.evaluate's per-sample flags)
         if all(name in r for r in records):
             out[name] = np.array([np.mean(r[name]) for r in records], dtype=float)  # (P,)
     if all("lengths" in r for r in records):

@@ -49,10 +49,9 @@ import rollout
 import task as task_mod
 from evaluation import frontier
 from evaluation.estimators import paired_bootstrap, problem_scores
+from evaluation.measure import evaluate
 from plumbing import cli, models, policy
-from tasks import arith
 
-PRESETS = {"smollm2-arith": arith.SMOLLM2_PRESET}  # train.py's presets of the same names
 CLEARER_INSTRUCTION = ("Solve this problem. You may think first, but end your reply with one last line written exactly "
                        "as\nAnswer: N\nwhere N is the answer as a whole number, and write nothing after it.\n\n{problem}")
 ARMS = ("prompt", "instruction", "one-shot", "schema", "retry")
@@ -194,17 +193,17 @@ class RetryEngine(rollout.Engine):
 
 
 def arm_summary(res: dict, k: int) -> dict:
-    """The figures of one arm from an eval.evaluate result: {name: value}, {name: [lo, hi]}."""
+    """The figures of one arm from an evaluate result (evaluation/measure.py): {name: value}, {name: [lo, hi]}."""
     m, ci = res["metrics"], res["ci"]
     keep = ("format_error", "exact_form", f"avg@{k}", f"pass@{k}", "tokens_per_problem", "seconds_per_problem")
     return {n: m[n] for n in keep}, {n: ci[n] for n in keep if n in ci}
 
 
-def main(argv: list[str], *, evaluate) -> dict:
-    """`eval.py fixes ...` (module docstring). evaluate: eval.evaluate (passed in: this package never imports
-    the commands). Returns the fixes.json dict."""
+def main(argv: list[str], *, presets: dict[str, dict]) -> dict:
+    """`eval.py fixes ...` (module docstring). presets: the train.py presets that name a model ({name: values};
+    passed in: this package never imports the commands). Returns the fixes.json dict."""
     ap = cli.ArgumentParser(prog="eval.py fixes", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--preset", choices=sorted(PRESETS), required=True, help="model, data and response budget of train.py's "
+    ap.add_argument("--preset", choices=sorted(presets), required=True, help="model, data and response budget of train.py's "
                     "preset of that name")
     ap.add_argument("--k", type=int, default=4, help="samples per problem")
     ap.add_argument("--limit", type=int, default=64, help="held-out problems")
@@ -220,7 +219,7 @@ def main(argv: list[str], *, evaluate) -> dict:
     args = ap.parse_args(argv)
     if args.k < 1 or args.limit < 1 or args.tries < 1 or args.max_new_tokens < 0 or not 0 <= args.top_p <= 1:
         raise ValueError("eval.py fixes needs --k, --limit, --tries >= 1, --max_new_tokens >= 0 and --top_p in [0, 1]")
-    preset = PRESETS[args.preset]
+    preset = presets[args.preset]
     model_dir = models.resolve(args.model or preset["model"])
     max_new = args.max_new_tokens or preset.get("max_response_len", 48)
     top_p = args.top_p or preset.get("eval_top_p", 0.7)

@@ -144,10 +144,10 @@ def gaps(para: dict, original: dict, measured: dict, params, *, greedy: bool = F
 
     Args:
         para: `load`'s result.
-        original: eval.evaluate's result on the originals (its per_problem records in data order).
-        measured: eval.evaluate's result on para["data"], with the originals' sampling settings
+        original: measure.evaluate's result on the originals (its per_problem records in data order).
+        measured: measure.evaluate's result on para["data"], with the originals' sampling settings
             (the same k, budget, temperature, top_p and seed: `params`).
-        greedy, n_boot, ci_level: as given to eval.evaluate.
+        greedy, n_boot, ci_level: as given to measure.evaluate.
 
     Returns:
         {"spec", "n_problems" (originals with a paraphrase), "n_paraphrases", "ignored", "skipped",

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
-
 from evaluation import paraphrase
 
 SHOWN_RESPONSES = 20  # problems whose first response report.md shows
@@ -21,25 +19,6 @@ PAPER_PROTOCOL = {"n_problems": 30, "k": 32, "temperature": 1.0, "top_p": 0.7, "
 # AIME 2024 as the paper evaluated it: task.file_hash (sha256[:16]) of the official DAPO file
 # (eval/aime-2024.parquet of github.com/BytedTsinghua-SIA/DAPO) and of its 30-row JSONL copy, both in tests/fixtures.
 PAPER_DATASET_HASHES = {"12154e38a716d12d": "aime2024_dapo_eval.parquet", "2cf5f0b3e4265b88": "aime2024.jsonl"}
-
-
-def length_table(records: list[dict], max_new_tokens: int) -> list[dict]:
-    """Accuracy by response length: four equal bins of the budget, then the truncated responses.
-
-    Returns rows {"bin", "samples", "share", "accuracy" (None for an empty bin)}.
-    """
-    lengths = np.array([n for r in records for n in r["lengths"]])  # (P*k,) tokens
-    correct = np.array([c for r in records for c in r["correct"]], dtype=bool)  # (P*k,)
-    trunc = np.array([t for r in records for t in r["truncated"]], dtype=bool)  # (P*k,)
-    edges = [round(max_new_tokens * q / 4) for q in range(5)]
-    rows = []
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        last = hi == edges[-1]
-        sel = ~trunc & (lengths >= lo) & ((lengths <= hi) if last else (lengths < hi))  # (P*k,)
-        rows.append((f"[{lo}, {hi}{']' if last else ')'}", sel))
-    rows.append((f"truncated (hit {max_new_tokens})", trunc))
-    return [{"bin": name, "samples": int(sel.sum()), "share": float(sel.mean()),
-             "accuracy": float(correct[sel].mean()) if sel.any() else None} for name, sel in rows]
 
 
 def paper_deviations(settings: dict) -> list[str]:

@@ -7,8 +7,9 @@ can ignore most of it: with one process every collective below is a no-op.
                     optimizer; the generation engine (of a name, and of a config); the repository commit
     loading.py      Hugging Face checkpoints loaded straight into FSDP2 shards, gathered for saving
     distributed.py  torchrun ranks, the few collectives the loop needs, engine groups, seeding
-    forward.py      log-probs and entropy from hidden states, micro-batch layouts, old log-probs,
-                    the optimizer step
+    forward.py      log-probs and entropy from hidden states, micro-batch layouts, the shared prefill
+    update.py       one update's plumbing: mini- and micro-batches across ranks, old log-probs, the
+                    optimizer step (train.update_policy)
     generator.py    generation in a pool of processes beside the learner (--max_policy_lag)
     transport.py    how the learner and its generator workers signal each other and pass weights
     vllm_engine.py  vLLM behind rollout.Engine
@@ -17,6 +18,10 @@ can ignore most of it: with one process every collective below is a no-op.
     runlog.py       the run directory: metrics and rollout logs, resume, signals, the end of a run
     checkpoints.py  resumable checkpoints: written atomically with checksums, checked before a resume
     cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
+
+The folder has two floors: distributed, forward, decoding, loading and models serve the root's
+components (rollout.py imports them); policy, update, generator, transport, vllm_engine, runlog,
+checkpoints and cli use those components in turn.
 
 Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);
 in evaluation/ if it measures a model or a run; in tasks/ if it is a task; at the repository root

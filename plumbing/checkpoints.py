@@ -43,7 +43,6 @@ from plumbing.cli import RunStopped
 from plumbing.distributed import Dist, all_gather_objects, broadcast_object, first_failure
 from rollout import Sample
 from task import Problem
-from tasks import tiny
 
 MANIFEST = "checksums.json"  # {"sha256": {file: hex}, "bytes": {file: size}}; written last
 STATE = "trainer_state.json"
@@ -241,6 +240,24 @@ def _instead(path: Path) -> str:
     return f"{path.parent} holds no earlier complete checkpoint: start the run again without --resume"
 
 
+# The tiny task's options when they were train.Config fields (tiny_train_size, ...), as they were then. A
+# config saved with these values means TinyTask's defaults; they are TinyTask's defaults today too
+# (tests/test_eval.py checks it: should those change, an old run's values must be written out instead).
+_TINY_FIELDS = {"tiny_train_size": ("train_size", 20000), "tiny_heldout_size": ("heldout_size", 256),
+                "tiny_heldout_seed": ("heldout_seed", 0)}
+
+
+def upgrade_config(config: dict) -> dict:
+    """A run's config saved before --task existed, as today's: its tiny_* fields become the tiny task's
+    task_args (the ones that differ from its defaults, on a run of --data tiny). Read wherever a saved
+    config is: a checkpoint's trainer_state.json (load_checkpoint), a model's dapo_run.json (eval.py)."""
+    out = {k: v for k, v in config.items() if k not in _TINY_FIELDS}
+    if "task_args" not in out and config.get("data", "tiny") == "tiny":
+        args = {new: config[k] for k, (new, default) in _TINY_FIELDS.items() if k in config and config[k] != default}
+        out["task_args"] = json.dumps(args, sort_keys=True)
+    return out
+
+
 def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defaults: dict, free: set,
                     allow_change: bool, world: int = 1) -> dict:
     """Restore model, optimizer, scheduler and RNG states; return the trainer state.
@@ -258,7 +275,7 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
         CheckpointDamaged: torch.distributed.checkpoint could not read the shards.
     """
     trainer = json.loads((path / STATE).read_text())
-    saved = {**defaults, **tiny.upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
+    saved = {**defaults, **upgrade_config(trainer["config"])}  # a checkpoint from before --task: the same run
     saved_world = trainer.get("world_size", world)  # checkpoints from before the field: assume this run's
     shards, saved_shards = gen_shards_of(config, world), gen_shards_of(saved, saved_world)
     if shards != saved_shards:

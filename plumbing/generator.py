@@ -1,8 +1,9 @@
 """Generation beside the learner: a pool of generator processes with an explicit tolerated delay (--max_policy_lag).
 
-Plumbing a learner may skip on first reading: the DAPO step is the same either way (train.py's
-loop calls `next` for a batch of scored groups and `publish` for the new weights). What changes is
-when the groups are generated, by which weights and by which processes:
+Plumbing a learner may skip on first reading: the DAPO step is the same either way. Inline, train.py's
+loop calls collect_groups itself; with the pool it calls `next` for a batch of scored groups (the
+workers ran the same collect_groups); either way it calls `publish` for the new weights. What changes
+is when the groups are generated, by which weights and by which processes:
 
     inline (--max_policy_lag 0, the default)   the learner generates batch s itself, with the
                                                weights after s rollout steps (version s); then trains.
@@ -120,8 +121,8 @@ FAULT_ENV = "DAPO_TEST_FAULT"  # tests only (tests/test_generator_faults.py): wh
 
 
 @dataclass
-class Batch:
-    """What worker 0 hands the learner for one rollout step."""
+class Delivery:
+    """What worker 0 hands the learner for one rollout step (not train.Batch, the responses trained on)."""
 
     index: int  # the learner step that consumes it
     version: int  # the weights version that generated it
@@ -193,10 +194,10 @@ class AsyncGenerator:
     """
 
     inline = False  # train.py's loop takes each batch from `next`
-    buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
 
     def __init__(self, cfg, task, model, engine, dist, data, collect, *, start: int, stream_position: int,
                  probe_ids: list[int]):
+        self.buffer: list = []  # no staleness buffer: --max_rollout_age is refused with a generator process
         self.cfg, self.engine, self.dist, self.start, self.workers = cfg, engine, dist, start, cfg.generator_workers
         self.stream_position = stream_position
         self.procs, self.readers, self.failed, self.inbox, self.errors = [], [], None, {}, {}
@@ -274,7 +275,7 @@ class AsyncGenerator:
                 return "failed", reason
             live = [r for r in self.readers if r] + [p.sentinel for p in self.procs if p.exitcode is None]
             multiprocessing.connection.wait(live, WAIT_S)
-        batch: Batch = self.inbox.pop(step)
+        batch: Delivery = self.inbox.pop(step)
         for g in batch.rollouts.generated:
             g.admission = f"lag {step - batch.version} <= max_policy_lag {self.cfg.max_policy_lag}"
         batch.rollouts.stats.update({"async/learner_idle_s": time.perf_counter() - t0, "async/generator_idle_s": batch.idle_s,
@@ -555,7 +556,7 @@ def _generate_forever(s: dict, c: int, control: Control, weight_handles: tuple, 
         rollouts = s["collect"](b, engine, stream, data, cfg, dist, tokenizer, s["task"], [], version=version,
                                 learners=s["learners"])
         if c == 0:
-            sender.put(("batch", Batch(b, version, rollouts, stream.position, idle, load_s)))
+            sender.put(("batch", Delivery(b, version, rollouts, stream.position, idle, load_s)))
             control[PRODUCED] = b + 1
 
 

@@ -1,4 +1,5 @@
-"""A run's directory: metrics and rollout logs, checkpoints and resume, signals and the time budget.
+"""A run's directory: metrics and rollout logs, when to checkpoint and how to resume (the checkpoints
+themselves: plumbing/checkpoints.py), signals and the time budget.
 
 Plumbing a learner may skip on first reading (with plumbing/policy.py). What a run directory holds:
 
@@ -163,6 +164,34 @@ def exhausted_line(step: int, rollouts, cfg) -> str:
     return (f"step {step}: dynamic sampling kept {mixed} group(s) of the {cfg.prompts_per_step} wanted after "
             f"{cfg.max_gen_rounds} round(s); this step trains on {len(rollouts.kept)} (--on_exhausted {cfg.on_exhausted}). "
             f"{why}. Use other data, more --max_gen_rounds, or --on_exhausted error to stop")
+
+
+def short_batch_planned(cfg) -> bool:
+    """True where a short batch is the configured plan, not a failure: dynamic sampling under --on_exhausted
+    partial with a round budget (max_gen_rounds x gen_prompts_per_round prompts) of at most prompts_per_step
+    prompts, so that a step fills its batch only if every group it generates has contrast (the
+    smollm2-arith preset: one round of 12 prompts for 12 groups)."""
+    return (cfg.dynamic_sampling and cfg.on_exhausted == "partial"
+            and cfg.max_gen_rounds * cfg.gen_prompts_per_round <= cfg.prompts_per_step)
+
+
+def plan_line(cfg) -> str | None:
+    """The line a run prints once at its start where a short batch is the plan (short_batch_planned), else None."""
+    if not short_batch_planned(cfg):
+        return None
+    return (f"[plan] {cfg.max_gen_rounds} generation round(s) of {cfg.gen_prompts_per_round} prompts for "
+            f"{cfg.prompts_per_step} groups a step, --on_exhausted partial: a step trains on the groups dynamic sampling "
+            f"keeps, fewer than {cfg.prompts_per_step} whenever a group is all-right or all-wrong. That is the plan, not a "
+            "failure: the progress bar's `groups` and the metrics groups/kept and groups/exhausted count them per step; "
+            "only a step that keeps no group prints a warning")
+
+
+def exhausted_warning(step: int, rollouts, cfg) -> str | None:
+    """The warning of an exhausted step (groups/exhausted), or None where the short batch is the plan
+    (plan_line said so at the start) and the step still trains on at least one group."""
+    if short_batch_planned(cfg) and rollouts.kept:
+        return None
+    return f"[warning] {exhausted_line(step, rollouts, cfg)}"
 
 
 def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
@@ -342,10 +371,12 @@ class Run:
         stats["time/elapsed"] = time.perf_counter() - self.t_run  # since the loop started: curves against wall-clock
         self.log.step(stats, records, probe_records)
         if self.dist.main and step % cfg.log_every == 0 and "train/reward_mean" in stats:
+            planned = {"groups": f"{len(kept)}/{cfg.prompts_per_step}"} if short_batch_planned(cfg) else {}  # trained/wanted
             self.bar.set_postfix(reward=f"{stats['train/reward_mean']:.2f}", correct=f"{stats['train/correct_frac']:.2f}",
-                                 kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}")
-        if self.dist.main and stats.get("groups/exhausted"):  # loudly, once per step: training on little or nothing
-            print(f"[warning] {exhausted_line(step, rollouts, cfg)}", file=sys.stderr, flush=True)
+                                 kept=f"{stats['groups/kept_frac']:.2f}", len=f"{stats['length/mean']:.0f}", **planned)
+        warning = exhausted_warning(step, rollouts, cfg) if stats.get("groups/exhausted") else None
+        if self.dist.main and warning:  # loudly, once per step: training on little or nothing, and not by plan
+            print(warning, file=sys.stderr, flush=True)
         if self.dist.main and stats.get("rollout/degenerate_frac", 0) > cfg.degenerate_warn:
             print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                   "the weights may be broken", file=sys.stderr, flush=True)
@@ -461,6 +492,8 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
         print(json.dumps(meta["config"]), flush=True)
         print(f"[data] {len(data)} training problems from {data.name} ({data.hash}); {len(held_out or [])} held-out, "
               f"{min(cfg.probe_size, len(held_out or [])) if cfg.probe_every else 0} in the probe set", flush=True)
+        if plan_line(cfg):  # a short batch by design: said once here, not as a warning at every step
+            print(plan_line(cfg), flush=True)
     run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)),
               resumed["state"] if resumed else {"nonfinite_in_a_row": 0})
     return run, resumed

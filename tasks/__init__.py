@@ -2,8 +2,8 @@
 
     tiny.py         the built-in toy task: column addition with a character tokenizer; what
                     `python train.py` trains on
-    arith.py        integer arithmetic for real tokenizers under the DAPO instruction (--data arith), and
-                    the smollm2-arith preset
+    arith.py        integer arithmetic for real tokenizers under the DAPO instruction (--data arith), what
+                    train.py's smollm2-arith preset trains on
     tiny_base.py    builds the tiny base policy shipped in assets/tiny-base
                     (`python -m tasks.tiny_base`)
 

@@ -67,17 +67,6 @@ _WORDED = {  # operator: templates with {a}, {b}, {name}, {pron}, {items}
 }
 
 
-# `python train.py --preset smollm2-arith`: SmolLM2-135M-Instruct on this task, within 30 minutes on 2 CPU cores
-# (docs/results.md "SmolLM2 on arithmetic" says what was tried). Evaluation as the paper's (T 1.0, top_p 0.7);
-# training at top_p 0.7 too: at 1.0 this model's samples are mostly noise and no group has a right answer.
-SMOLLM2_PRESET = dict(
-    model="smollm2-135m-instruct", task="tasks.arith:Arithmetic", task_args='{"levels": [1, 2, 3], "style": "bare"}',
-    data="arith", eval_data="arith", eval_limit=64, eval_k=4,
-    group_size=8, prompts_per_step=12, gen_prompts_per_round=12, max_gen_rounds=1, on_exhausted="partial",
-    max_response_len=48, overlong_buffer=8, top_p=0.7, lr=2e-5, mini_batch_size=96, micro_batch_size=32,
-    sampler_logprobs=False, probe_every=0, steps=15, max_seconds=1380.0, run_dir="runs/smollm2-arith")
-
-
 def _number(rng: random.Random, digits: int) -> int:
     return rng.randint(0 if digits == 1 else 10 ** (digits - 1), 10**digits - 1)
 

@@ -94,18 +94,6 @@ class TinyTask(Task):
         return super().load(spec, tokenizer, cfg, **kwargs)
 
 
-def upgrade_config(config: dict) -> dict:
-    """A run's config saved before --task existed, as today's: its tiny_* fields become TinyTask's
-    task_args (the ones that differ from TinyTask's defaults, on a run of --data tiny)."""
-    old = {"tiny_train_size": "train_size", "tiny_heldout_size": "heldout_size", "tiny_heldout_seed": "heldout_seed"}
-    out = {k: v for k, v in config.items() if k not in old}
-    if "task_args" not in out and config.get("data", "tiny") == "tiny":
-        defaults = TinyTask()
-        args = {new: config[k] for k, new in old.items() if k in config and config[k] != getattr(defaults, new)}
-        out["task_args"] = json.dumps(args, sort_keys=True)
-    return out
-
-
 # --- plumbing: the problems ------------------------------------------------------------------------
 
 

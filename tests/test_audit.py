@@ -89,7 +89,7 @@ def record(step, pid, prompt, response, truth, *, correct, pred, i=0, age=0, ver
         ground_truth=truth, prompt_tokens=len(prompt) + 2, response_tokens=tokens, finish_reason="stop", truncated=False,
         correct=correct, pred=pred, verifier_reason="ok" if correct else "wrong", reward=1.0 if correct else -1.0,
         reward_correct=1.0 if correct else -1.0, reward_overlong=0.0, advantage=0.5, seed=0, seeded=True, temperature=1.0,
-        top_p=1.0, max_new_tokens=BUDGET, engine="hf-generate", engine_version="x", verifier=verifier,
+        top_p=1.0, max_new_tokens=BUDGET, engine="hf-decode", engine_version="x", verifier=verifier,
         verifier_version="dapo-verifier-2", dataset="tiny:planted", dataset_hash="0", template_hash="0", model_id="tiny",
         gen_wall_s=0.1))
 

@@ -212,6 +212,20 @@ def test_a_damaged_checkpoint_is_refused_naming_the_file_and_the_previous_one(ru
         assert code == 0 and not lines and _metrics_steps(run_copy) == [0, 1, 2]
 
 
+def test_a_checkpoint_from_before_the_task_flag_resumes(run_copy, capsys):
+    """A checkpoint written before --task (and before checksums): its config carried the tiny task's options as
+    tiny_* fields and had no task or task_args. checkpoints.upgrade_config reads it as today's run, which resumes."""
+    ckpt = run_copy / "checkpoints" / STEP2
+    state = json.loads((ckpt / "trainer_state.json").read_text())
+    cfg = {k: v for k, v in state["config"].items() if k not in ("task", "task_args")}
+    state["config"] = {**cfg, "tiny_train_size": 200, "tiny_heldout_size": 256, "tiny_heldout_seed": 0}
+    (ckpt / "trainer_state.json").write_text(json.dumps(state))
+    (ckpt / "checksums.json").unlink()
+    code, lines = _run(["--run_dir", str(run_copy), "--steps", "3", "--resume", "latest", *SMALL], capsys)
+    assert code == 0 and not lines, lines
+    assert _metrics_steps(run_copy) == [0, 1, 2]
+
+
 def test_without_an_earlier_complete_checkpoint_the_line_says_start_again(run_copy, capsys):
     root = run_copy / "checkpoints"
     _truncate(root / STEP1 / "__0_0.distcp")

@@ -33,10 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import eval as ev  # noqa: E402
 import rollout  # noqa: E402
 import train  # noqa: E402
-from evaluation import reports  # noqa: E402
-from plumbing import cli, distributed, policy  # noqa: E402
+from evaluation import measure, reports  # noqa: E402
+from plumbing import checkpoints, cli, distributed, policy  # noqa: E402
 from task import Dataset, Problem, Task, load_task, task_spec  # noqa: E402
-from tasks import tiny  # noqa: E402
 from tasks.tiny import TinyTask  # noqa: E402
 
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,12 +122,12 @@ def test_math_mode_vote_groups_equal_values():
     preds = ["\\frac{1}{2}", "0.5", "1/2", "3", "3"]
     correct = [True, True, True, False, False]
     assert ev.maj_at_k(preds, correct) is False  # the old vote, on strings
-    classes = ev.answer_classes(preds, ev.same_answer("math"))
+    classes = ev.answer_classes(preds, measure.same_answer("math"))
     assert classes == [0, 0, 0, 1, 1]
     assert ev.maj_at_k(classes, correct) is True
     more = ["3", None, "\\dfrac12", "0.50", "x", "\\sqrt{4}", "2", "3"]
-    assert ev.answer_classes(more, ev.same_answer("math")) == [0, None, 1, 1, 2, 3, 3, 0]  # 2 = sqrt 4
-    assert ev.majority_vote(ev.answer_classes(more, ev.same_answer("math"))) == 0  # a 2-2-2 tie: 3 comes first
+    assert ev.answer_classes(more, measure.same_answer("math")) == [0, None, 1, 1, 2, 3, 3, 0]  # 2 = sqrt 4
+    assert ev.majority_vote(ev.answer_classes(more, measure.same_answer("math"))) == 0  # a 2-2-2 tie: 3 comes first
 
 
 def test_evaluate_votes_by_class_in_math_mode():
@@ -382,12 +381,15 @@ def test_a_checkpoint_from_before_the_task_flag_keeps_its_task_and_options(tmp_p
     """Configs saved before --task carried the tiny task's options as tiny_* fields: eval.py and a resume
     read them as TinyTask's task_args (only the ones that differ from its defaults, only on --data tiny)."""
     old = {"data": "tiny", "tiny_train_size": 20000, "tiny_heldout_size": 64, "tiny_heldout_seed": 3, "verifier": "dapo"}
-    new = tiny.upgrade_config(old)
+    new = checkpoints.upgrade_config(old)
     assert not any(k.startswith("tiny_") for k in new)
     assert json.loads(new["task_args"]) == {"heldout_size": 64, "heldout_seed": 3}
-    assert json.loads(tiny.upgrade_config({**old, "tiny_heldout_size": 256, "tiny_heldout_seed": 0})["task_args"]) == {}
-    assert "task_args" not in tiny.upgrade_config({**old, "data": "x.parquet"})  # a file's run: the options were unused
-    assert tiny.upgrade_config({"task_args": '{"train_size": 5}', "tiny_train_size": 9}) == {"task_args": '{"train_size": 5}'}
+    assert json.loads(checkpoints.upgrade_config({**old, "tiny_heldout_size": 256, "tiny_heldout_seed": 0})["task_args"]) == {}
+    assert "task_args" not in checkpoints.upgrade_config({**old, "data": "x.parquet"})  # a file's run: the options were unused
+    assert checkpoints.upgrade_config({"task_args": '{"train_size": 5}', "tiny_train_size": 9}) == {"task_args": '{"train_size": 5}'}
+    # the defaults the migration drops are the tiny task's (if TinyTask's change, old runs must spell theirs out)
+    assert {new: default for new, default in checkpoints._TINY_FIELDS.values()} == {
+        k: getattr(TinyTask(), k) for k in ("train_size", "heldout_size", "heldout_seed")}
     run = tmp_path / "old" / "final"
     run.mkdir(parents=True)
     (run / "config.json").write_text("{}")
@@ -489,7 +491,7 @@ def test_end_to_end_aime_parquet(tmp_path, capsys):
     assert (s["n_problems"], s["k"], s["n_samples"], s["max_new_tokens"]) == (5, 2, 2, 16)
     assert (s["temperature"], s["top_p"], s["seed"], s["greedy"]) == (1.0, 0.7, 0, True)
     assert (s["dataset_rows"], s["rows_per_problem"]) == (960, 32)
-    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"].startswith("hf-generate")
+    assert s["verifier"] == "dapo" and s["verifier_version"] and s["commit"] and s["engine"].startswith("hf-decode")
     assert s["model"] and s["config_source"] and s["template_hash"]
     assert len(rep["per_problem"]) == 5 and all(len(r["correct"]) == 2 for r in rep["per_problem"])
     assert all(max(r["lengths"]) <= 16 for r in rep["per_problem"])

@@ -427,16 +427,18 @@ class _FixedEngine(Engine):
         return 0.0
 
 
-@pytest.mark.parametrize("case", ["nothing-kept", "all-filtered"])
+@pytest.mark.parametrize("case", ["nothing-kept", "nothing-kept-by-plan", "all-filtered"])
 def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatch, capsys, case):
     """The real loop with lr and weight decay on: a step that keeps nothing (dynamic sampling, all
     wrong) or whose every response is overlong-filtered saves the starting weights unchanged. A step
-    that kept nothing says so on stderr, once per step, with why (every group all-wrong)."""
+    that kept nothing says so on stderr, once per step, with why (every group all-wrong), also where a
+    short batch is the plan (one round of as many prompts as groups), which that run says once at its start."""
     from safetensors.torch import load_file
 
     monkeypatch.setattr(policy, "make_engine", lambda *a, **k: _FixedEngine(truncated=case == "all-filtered"))
-    extra = ["--dynamic_sampling", "true"] if case == "nothing-kept" else ["--dynamic_sampling", "false",
-                                                                              "--overlong_filter", "true"]
+    extra = {"nothing-kept": ["--dynamic_sampling", "true"],
+             "nothing-kept-by-plan": ["--dynamic_sampling", "true", "--max_gen_rounds", "1", "--gen_prompts_per_round", "4"],
+             "all-filtered": ["--dynamic_sampling", "false", "--overlong_filter", "true"]}[case]
     run = tmp_path / case
     train.main(["--run_dir", str(run), "--steps", "2", "--weight_decay", "0.1", "--lr", "1e-2", "--max_response_len", "16",
                 *SMALL, *extra])
@@ -444,9 +446,11 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     assert len(metrics) == 2
     for m in metrics:
         assert m["policy/optimizer_steps"] == 0
-        assert m["policy/skipped_minibatches"] == (0 if case == "nothing-kept" else 2)
-    warned = re.findall(r"\[warning\] step \d+: dynamic sampling kept[^\n]*", capsys.readouterr().err)  # the bar shares stderr
-    if case == "nothing-kept":
+        assert m["policy/skipped_minibatches"] == (2 if case == "all-filtered" else 0)
+    out = capsys.readouterr()
+    warned = re.findall(r"\[warning\] step \d+: dynamic sampling kept[^\n]*", out.err)  # the bar shares stderr
+    assert out.out.count("[plan] 1 generation round(s) of 4 prompts for 4 groups a step") == (case == "nothing-kept-by-plan")
+    if case.startswith("nothing-kept"):
         assert [l.split(":")[0] for l in warned] == ["[warning] step 0", "[warning] step 1"]
         assert all("trains on 0 (--on_exhausted partial)" in l and "no right answer" in l for l in warned), warned
     else:
@@ -454,6 +458,29 @@ def test_rollout_step_without_loss_tokens_keeps_the_weights(tmp_path, monkeypatc
     base, _ = policy.load_policy("", CPU)
     after = load_file(run / "final" / "model.safetensors")
     assert all(torch.equal(after[k], p) for k, p in base.state_dict().items() if k in after) and after
+
+
+def test_a_short_batch_by_plan_is_said_once_and_one_against_the_plan_every_step():
+    """runlog.short_batch_planned: where the round budget cannot exceed the batch under --on_exhausted partial
+    (the smollm2-arith preset), an exhausted step that trains on something prints nothing (plan_line said it
+    once); one that trains on nothing, and every exhausted step of any other config, prints its warning."""
+    import types
+
+    from plumbing import runlog
+
+    planned = train.Config(**train.PRESETS["smollm2-arith"])
+    assert runlog.short_batch_planned(planned) and "1 generation round(s) of 12 prompts for 12 groups" in runlog.plan_line(planned)
+    for cfg in (train.Config(), dataclasses.replace(planned, on_exhausted="skip"),
+                dataclasses.replace(planned, max_gen_rounds=2), dataclasses.replace(planned, dynamic_sampling=False)):
+        assert not runlog.short_batch_planned(cfg) and runlog.plan_line(cfg) is None
+    mixed = types.SimpleNamespace(correct=torch.tensor([True] + [False] * 7))  # train.Group's field that the line reads
+    wrong = types.SimpleNamespace(correct=torch.zeros(8, dtype=torch.bool))
+    some = types.SimpleNamespace(kept=[mixed] * 3, generated=[mixed] * 3 + [wrong] * 9)
+    none = types.SimpleNamespace(kept=[], generated=[wrong] * 12)
+    assert runlog.exhausted_warning(4, some, planned) is None
+    assert runlog.exhausted_warning(4, none, planned).startswith("[warning] step 4: dynamic sampling kept 0 group(s)")
+    unplanned = dataclasses.replace(planned, max_gen_rounds=4)
+    assert runlog.exhausted_warning(4, some, unplanned).startswith("[warning] step 4: dynamic sampling kept 3 group(s) of the 12")
 
 
 # --- 4. settings that cannot train ------------------------------------------------------------------------

@@ -7,8 +7,10 @@ config), preflight.py --task. Nothing in the repository is edited. The toy task 
 rewards only the units digit of the answer.
 
 "Add a loss variant": a new loss aggregation is a name in dapo.LOSS_AGG_MODES and a branch of
-dapo.aggregate_loss (plus a count in dapo.loss_denominators if it needs one); train.py is not
-touched. The toy mode "token-sum" (no denominator) is added here by patching those two names.
+dapo.aggregate_loss (plus a count in dapo.loss_denominators if it needs one); a new surrogate is a
+function and its entry in dapo.SURROGATES. With its knobs at their defaults, train.py is not touched
+by either. The toy mode "token-sum" (no denominator) and the toy surrogate "double" are added here by
+patching those names.
 """
 
 from __future__ import annotations
@@ -115,6 +117,35 @@ def test_a_task_given_from_python_is_recorded_and_its_options_reach_it(mytask, t
 # --- Add a loss variant -----------------------------------------------------------------------------------
 
 
+def _moves(modes: dict[str, dict]) -> tuple[dict[str, torch.Tensor], int]:
+    """One optimizer step (plain SGD, no clipping, float64) of train.update_policy per named config change,
+    on one fixed batch of 2 groups of 4: ({name: the weights' move}, the batch's response tokens)."""
+    model0, tok = policy.load_policy("", torch.device("cpu"))
+    model0 = model0.double()  # an exact ratio, in float64
+    g = torch.Generator().manual_seed(0)
+    prompts = [[int(x) for x in torch.randint(4, 30, (8,), generator=g)] for _ in range(2) for _ in range(4)]
+    responses = [[int(x) for x in torch.randint(4, 30, (int(n),), generator=g)] for n in torch.randint(2, 9, (8,), generator=g)]
+    rewards = torch.tensor([1.0, -1, -1, 1, -1, 1, 1, 1])
+    batch = train.Batch(prompts, responses, dapo.group_advantages(rewards, 4), torch.ones(8), torch.arange(2).repeat_interleave(4),
+                        [None] * 8)
+    base = train.Config(group_size=4, prompts_per_step=2, mini_batch_size=8, micro_batch_size=3, grad_clip=1e9)
+    moves = {}
+    for name, change in modes.items():
+        model = copy.deepcopy(model0)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, **change), distributed.Dist(), "cpu",
+                                    tok.pad_token_id)
+        assert stats["policy/optimizer_steps"] == 1
+        moves[name] = torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), model0.parameters())])
+    assert moves[next(iter(modes))].abs().max() > 0
+    return moves, sum(len(r) for r in responses)
+
+
+def _close(got: torch.Tensor, expected: torch.Tensor) -> bool:
+    # float64 weights and log-probs; elements that nearly cancel carry rounding of the scale
+    return bool((got - expected).abs().max() <= 1e-5 * expected.abs().max())
+
+
 def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     """"token-sum" (sum of token losses, no denominator) takes exactly num_tokens times the step of
     "token-mean" under plain SGD: the mode reached the update and nothing else changed."""
@@ -128,26 +159,24 @@ def test_add_a_loss_variant_runs_through_the_update(monkeypatch):
     monkeypatch.setattr(dapo, "LOSS_AGG_MODES", dapo.LOSS_AGG_MODES + ("token-sum",))
     monkeypatch.setattr(dapo, "aggregate_loss", aggregate_loss)
     train.parse_config(["--loss_agg", "token-sum"])  # the config accepts the new mode
+    moves, n_tokens = _moves({"token-mean": dict(loss_agg="token-mean"), "token-sum": dict(loss_agg="token-sum")})
+    assert _close(moves["token-sum"], moves["token-mean"] * n_tokens)
 
-    model0, tok = policy.load_policy("", torch.device("cpu"))
-    model0 = model0.double()  # an exact ratio, in float64
-    g = torch.Generator().manual_seed(0)
-    prompts = [[int(x) for x in torch.randint(4, 30, (8,), generator=g)] for _ in range(2) for _ in range(4)]
-    responses = [[int(x) for x in torch.randint(4, 30, (int(n),), generator=g)] for n in torch.randint(2, 9, (8,), generator=g)]
-    rewards = torch.tensor([1.0, -1, -1, 1, -1, 1, 1, 1])
-    batch = train.Batch(prompts, responses, dapo.group_advantages(rewards, 4), torch.ones(8), torch.arange(2).repeat_interleave(4),
-                        [None] * 8)
-    base = train.Config(group_size=4, prompts_per_step=2, mini_batch_size=8, micro_batch_size=3, grad_clip=1e9)
-    moves = {}
-    for mode in ("token-mean", "token-sum"):
-        model = copy.deepcopy(model0)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-        stats = train.update_policy(model, opt, batch, dataclasses.replace(base, loss_agg=mode), distributed.Dist(), "cpu",
-                                    tok.pad_token_id)
-        assert stats["policy/optimizer_steps"] == 1
-        moves[mode] = torch.cat([(p - q).flatten() for p, q in zip(model.parameters(), model0.parameters())])
-    n_tokens = sum(len(r) for r in responses)
-    assert moves["token-mean"].abs().max() > 0
-    expected = moves["token-mean"] * n_tokens
-    # float64 weights and log-probs; elements that nearly cancel carry rounding of the scale
-    assert (moves["token-sum"] - expected).abs().max() <= 1e-5 * expected.abs().max()
+
+def test_add_a_surrogate_runs_through_the_update_and_the_offpolicy_loss(monkeypatch):
+    """A surrogate is a function and one entry of dapo.SURROGATES, the map both train.token_loss and
+    dapo.offpolicy_loss read: "double" (twice policy_loss, with its default knobs) takes exactly twice
+    the step of "clip" under plain SGD, and offpolicy_loss gives twice clip's token losses."""
+
+    def double(logp, old_logp, advantages, mask):  # the new surrogate: policy_loss's arguments and return value
+        loss_tok, stats = dapo.policy_loss(logp, old_logp, advantages, mask)
+        return 2 * loss_tok, stats
+
+    monkeypatch.setitem(dapo.SURROGATES, "double", double)
+    train.parse_config(["--surrogate", "double"])  # the config accepts the new surrogate
+    moves, _ = _moves({"clip": dict(surrogate="clip"), "double": dict(surrogate="double")})
+    assert _close(moves["double"], 2 * moves["clip"])
+    logp, adv, mask = torch.randn(2, 3, dtype=torch.float64), torch.tensor([1.0, -1.0]), torch.ones(2, 3)
+    old = logp + 0.3 * torch.randn(2, 3, dtype=torch.float64)
+    got, _ = dapo.offpolicy_loss(logp, old, None, adv, mask, objective="naive", cap=2.0, surrogate="double")
+    assert torch.equal(got, 2 * dapo.policy_loss(logp, old, adv, mask)[0])

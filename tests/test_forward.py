@@ -3,7 +3,7 @@
 Kinds: the output-head routine against the naive full-vocabulary log_softmax (fp32, and float64
 gradcheck with a non-uniform upstream gradient); the passes through the tiny model against
 separate unpadded forwards, with the two traps of packing pinned (each must break the equality);
-the scheduling of micro-batches; 2 gloo ranks under FSDP2 against 1 process.
+the scheduling of mini- and micro-batches (plumbing/update.py); 2 gloo ranks under FSDP2 against 1 process.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_forward.py
 """
@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import train
-from plumbing import distributed, forward, policy
+from plumbing import distributed, forward, policy, update
 from test_train import _random_batch
 
 CPU = torch.device("cpu")
@@ -222,7 +222,7 @@ def test_packed_targets_never_cross_a_sequence_boundary(tiny):
     batch = _random_batch(tok, n_groups=2, G=3, seed=9)
     idx, cfg = list(range(6)), _cfg(pack_micro_batches=True)
     inputs = forward.micro_batch(batch, idx, tok.pad_token_id, CPU, cfg)
-    lengths = [forward.tokens_of(batch, i) for i in idx]
+    lengths = [update.tokens_of(batch, i) for i in idx]
     starts = [sum(lengths[:k]) for k in range(len(idx))]
     for n in range(len(inputs.src)):
         r = int(inputs.resp_row[n])
@@ -386,12 +386,12 @@ def test_token_budget_micro_batches(tiny, packed):
     batch = _random_batch(tok, n_groups=4, G=4, seed=13)
     cfg = _cfg(micro_batch_tokens=80, pack_micro_batches=packed)
     idx = list(range(16))
-    micros = forward.micro_batches(idx, batch, cfg)
+    micros = update.micro_batches(idx, batch, cfg)
     assert sorted(i for m in micros for i in m) == idx and len(micros) > 1
     for m in micros:
         inputs = forward.micro_batch(batch, m, tok.pad_token_id, CPU, cfg)
         assert len(m) == 1 or inputs.input_ids.numel() <= 80
-        assert not packed or inputs.input_ids.numel() == sum(forward.tokens_of(batch, i) for i in m)
+        assert not packed or inputs.input_ids.numel() == sum(update.tokens_of(batch, i) for i in m)
 
 
 def test_minibatch_split_balances_tokens_across_ranks(tiny):
@@ -399,14 +399,14 @@ def test_minibatch_split_balances_tokens_across_ranks(tiny):
     the ranks' real tokens within one group's tokens of each other."""
     _, tok = tiny
     batch = _random_batch(tok, n_groups=8, G=4, seed=14)
-    parts = [forward.split_minibatches(batch, 16, distributed.Dist(r, 2)) for r in range(2)]
+    parts = [update.split_minibatches(batch, 16, distributed.Dist(r, 2)) for r in range(2)]
     for m in range(2):
         a, b = parts[0][m], parts[1][m]
         assert sorted(a + b) == list(range(16 * m, 16 * m + 16))
         ga, gb = ({int(batch.group_index[i]) for i in x} for x in (a, b))
         assert not ga & gb and len(ga) == len(gb) == 2
-        size = {g: sum(forward.tokens_of(batch, i) for i in range(32) if int(batch.group_index[i]) == g) for g in ga | gb}
-        load = [sum(forward.tokens_of(batch, i) for i in x) for x in (a, b)]
+        size = {g: sum(update.tokens_of(batch, i) for i in range(32) if int(batch.group_index[i]) == g) for g in ga | gb}
+        load = [sum(update.tokens_of(batch, i) for i in x) for x in (a, b)]
         assert abs(load[0] - load[1]) <= max(size.values())
 
 
@@ -420,7 +420,7 @@ _RANKS_SCRIPT = """
 import dataclasses, json, sys, torch
 sys.path.insert(0, sys.argv[1])
 import dapo, train
-from plumbing import distributed, forward, policy
+from plumbing import distributed, forward, policy, update
 torch.set_num_threads(1)
 base = train.Config(group_size=2, prompts_per_step=4, mini_batch_size=8, micro_batch_size=3, lr=1e-2)
 dist, device = distributed.init_distributed(base.device)
@@ -438,8 +438,8 @@ for name, change in layouts.items():
     model = policy.wrap_fsdp(model, cfg, device, dist)
     forward.prepare(model, cfg, device, dist.world)
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
-    mb = forward.split_minibatches(batch, 8, dist)[0]
-    passes[name] = [w for _, w in forward.micro_batches_all_ranks(mb, batch, cfg, dist)]
+    mb = update.split_minibatches(batch, 8, dist)[0]
+    passes[name] = [w for _, w in update.micro_batches_all_ranks(mb, batch, cfg, dist)]
     train.update_policy(model, opt, batch, cfg, dist, device, tok.pad_token_id)
     policy.save_hf(model, tok, __import__("pathlib").Path(sys.argv[2]) / name, dist, {})
 with open(__import__("os").path.join(sys.argv[2], f"passes{dist.rank}.json"), "w") as f:

@@ -45,15 +45,15 @@ def _rows_by_index(path: Path) -> dict[str, dict]:
 
 @pytest.mark.slow  # 75-100 s wall on the shared 2 cores (about 50 s of CPU), plus about 45 s once to convert
 def test_two_steps_on_dapo_math_17k_with_smollm2(smollm2_dir, tmp_path, monkeypatch):
-    ev = importlib.import_module("eval")  # the repo's eval.py; train.py calls its held_out
-    real_evaluate, evaluated = ev.evaluate, []  # evaluated: the problems each held-out run saw
+    measure = importlib.import_module("evaluation.measure")  # train.py calls its held_out, which calls evaluate
+    real_evaluate, evaluated = measure.evaluate, []  # evaluated: the problems each held-out run saw
 
     def spy_evaluate(engine, tokenizer, data, *args, **kwargs):
-        if not kwargs.get("keep_samples"):  # held-out; the probe set (eval.probe) keeps its samples
+        if not kwargs.get("keep_samples"):  # held-out; the probe set (measure.probe) keeps its samples
             evaluated.append([(p.id, p.answer) for p in data.problems])
         return real_evaluate(engine, tokenizer, data, *args, **kwargs)
 
-    monkeypatch.setattr(ev, "evaluate", spy_evaluate)
+    monkeypatch.setattr(measure, "evaluate", spy_evaluate)
 
     run = tmp_path / "run"
     # 2 prompts x G=2 per step, one mini-batch; 16-token responses keep it near a minute on 2 cores.

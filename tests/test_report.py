@@ -1,7 +1,7 @@
 """Tests of `python report.py`: the diagnosis of DAPO's four boundaries, and the report itself.
 
 Three kinds:
-  - `report.diagnose` on synthetic metric histories, one per failure (entropy collapse, contrast
+  - `diagnose` (evaluation/diagnosis.py) on synthetic metric histories, one per failure (entropy collapse, contrast
     loss, length-credit pathology, truncation-dominated reward, verifier exceptions) and a
     healthy one: exactly the expected boundary fires, and nothing on the healthy history;
   - end-to-end: two real 3-step runs of train.py on the tiny default (DAPO, and the same run with
@@ -24,6 +24,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import report as rp  # noqa: E402
 import train  # noqa: E402
+from evaluation import diagnosis  # noqa: E402
 from plumbing import cli  # noqa: E402
 
 DAPO_CFG = dataclasses.asdict(train.Config())  # the DAPO recipe (every switch on)
@@ -57,24 +58,24 @@ def boundaries(findings) -> list[str]:
 
 @pytest.mark.parametrize("cfg", [DAPO_CFG, GRPO_CFG, None])
 def test_healthy_history_fires_nothing(cfg):
-    assert rp.diagnose(history(), cfg) == []
+    assert diagnosis.diagnose(history(), cfg) == []
 
 
 def test_entropy_collapse_is_exploration():
     hist = history(**{"policy/entropy": lambda s: 0.5 * 0.85**s, "policy/clipfrac_high": lambda s: 0.01 * 0.6**s})
-    (f,) = rp.diagnose(hist, GRPO_CFG)  # eps_high = eps_low: Clip-Higher off
+    (f,) = diagnosis.diagnose(hist, GRPO_CFG)  # eps_high = eps_low: Clip-Higher off
     assert f.boundary == "exploration" and f.severity == "critical" and "--eps_high" in f.switch
     ent = next(e for e in f.evidence if e.metric == "policy/entropy" and e.steps[0] > 0)
     assert ent.steps == (15, 16, 17, 18, 19) and ent.values[-1] < 0.05
-    assert boundaries(rp.diagnose(hist, None)) == ["exploration"]  # no config: still fires
+    assert boundaries(diagnosis.diagnose(hist, None)) == ["exploration"]  # no config: still fires
     # Clip-Higher on and the upper clip acting: a warning that points at eps_high / lr, not at the switch being off.
-    (w,) = rp.diagnose(history(**{"policy/entropy": lambda s: 0.5 * 0.85**s}), DAPO_CFG)
+    (w,) = diagnosis.diagnose(history(**{"policy/entropy": lambda s: 0.5 * 0.85**s}), DAPO_CFG)
     assert w.boundary == "exploration" and w.severity == "warning"
 
 
 def test_entropy_below_absolute_floor_from_the_start_is_exploration():
     hist = history(**{"policy/entropy": 0.004, "policy/clipfrac_high": 0.0})
-    assert boundaries(rp.diagnose(hist, DAPO_CFG)) == ["exploration"]
+    assert boundaries(diagnosis.diagnose(hist, DAPO_CFG)) == ["exploration"]
 
 
 def test_contrast_loss_with_dynamic_sampling_at_its_budget():
@@ -82,26 +83,26 @@ def test_contrast_loss_with_dynamic_sampling_at_its_budget():
     hist = history(**{"groups/all_correct_frac": lambda s: 0.2 + 0.05 * s, "groups/all_wrong_frac": 0.2,
                       "groups/kept_frac": lambda s: 0.6 - 0.03 * s, "groups/gen_rounds": lambda s: 4 if late(s) else 1,
                       "groups/exhausted": lambda s: 1.0 if s >= 17 else None})
-    (f,) = rp.diagnose(hist, DAPO_CFG)  # max_gen_rounds = 4
+    (f,) = diagnosis.diagnose(hist, DAPO_CFG)  # max_gen_rounds = 4
     assert f.boundary == "contrast" and f.severity == "critical" and "--dynamic_sampling" in f.switch
     assert {e.metric for e in f.evidence} >= {"groups/all_correct_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted"}
 
 
 def test_contrast_loss_without_dynamic_sampling():
     hist = history(**{"groups/all_correct_frac": 0.6, "groups/all_wrong_frac": 0.3, "groups/kept_frac": 0.67})
-    (f,) = rp.diagnose(hist, {**DAPO_CFG, "dynamic_sampling": False})
+    (f,) = diagnosis.diagnose(hist, {**DAPO_CFG, "dynamic_sampling": False})
     assert f.boundary == "contrast" and f.severity == "critical" and "off" in f.message
-    assert rp.diagnose(history(**{"groups/all_correct_frac": 0.5, "groups/all_wrong_frac": 0.2}), DAPO_CFG) == []
+    assert diagnosis.diagnose(history(**{"groups/all_correct_frac": 0.5, "groups/all_wrong_frac": 0.2}), DAPO_CFG) == []
 
 
 def test_long_wrong_answers_under_sample_mean_are_credit():
     grow = {"length/mean": lambda s: 100 + 8 * s, "length/wrong_mean": lambda s: 110 + 12 * s, "length/correct_mean": 90.0}
-    (f,) = rp.diagnose(history(**grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
+    (f,) = diagnosis.diagnose(history(**grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
     assert f.boundary == "credit" and f.severity == "critical" and "token-mean" in f.switch
     # Negative control: the token-level loss already weighs every token alike; nothing fires.
-    assert rp.diagnose(history(**grow), DAPO_CFG) == []
+    assert diagnosis.diagnose(history(**grow), DAPO_CFG) == []
     # Too short a history for a trend: nothing fires.
-    assert rp.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
+    assert diagnosis.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
 
 
 def test_truncation_dominated_reward_is_reward():
@@ -109,20 +110,20 @@ def test_truncation_dominated_reward_is_reward():
            "length/mean": lambda s: 150 + 5 * s}
     # Under GRPO (sample-level mean, no overlong shaping): long wrong answers explained by the budget
     # are the reward boundary, not credit.
-    (f,) = rp.diagnose(history(**cut), GRPO_CFG)
+    (f,) = diagnosis.diagnose(history(**cut), GRPO_CFG)
     assert f.boundary == "reward" and f.severity == "critical" and "--overlong_penalty" in f.switch
-    (w,) = rp.diagnose(history(**cut), DAPO_CFG)
+    (w,) = diagnosis.diagnose(history(**cut), DAPO_CFG)
     assert w.boundary == "reward" and w.severity == "warning" and "--max_response_len" in w.message
 
 
 def test_verifier_exceptions_are_reward():
-    (f,) = rp.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
+    (f,) = diagnosis.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
     assert f.boundary == "reward" and "verifier" in f.switch and f.evidence[0].metric == "verifier/exceptions"
 
 
 def test_diagnose_rejects_an_empty_history():
     with pytest.raises(ValueError, match="at least one logged step"):
-        rp.diagnose([], None)
+        diagnosis.diagnose([], None)
 
 
 def test_age_buckets_are_powers_of_two():

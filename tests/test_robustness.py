@@ -109,7 +109,7 @@ def test_nonfinite_update_never_reaches_the_weights(tmp_path, monkeypatch):
         return loss * float("nan"), stats
 
     base, _ = policy.load_policy("", torch.device("cpu"))
-    monkeypatch.setattr(dapo, "policy_loss", nan_loss)
+    monkeypatch.setitem(dapo.SURROGATES, "clip", nan_loss)
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(RuntimeError, match="3 rollout steps in a row had only non-finite gradients"):
         train.main(["--run_dir", str(tmp_path / "n"), "--steps", "10", *SMALL, "--eval_data=", "--dynamic_sampling", "false"])
@@ -120,7 +120,7 @@ def test_nonfinite_update_never_reaches_the_weights(tmp_path, monkeypatch):
     assert len(metrics) == 3 and all(m["policy/nonfinite_grad_steps"] == m["policy/optimizer_steps"] for m in metrics)
     # The run stopped before any checkpoint; what it holds in memory is checked through a short
     # run that trains 1 step with NaN and is then saved by a normal end.
-    monkeypatch.setattr(dapo, "policy_loss", nan_loss)
+    monkeypatch.setitem(dapo.SURROGATES, "clip", nan_loss)
     train.main(["--run_dir", str(tmp_path / "m"), "--steps", "1", *SMALL, "--eval_data=", "--dynamic_sampling", "false"])
     after = load_file(tmp_path / "m" / "final/model.safetensors")
     assert all(torch.equal(after[k], p.detach()) for k, p in base.state_dict().items() if k in after)

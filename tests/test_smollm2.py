@@ -18,6 +18,8 @@ Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_smollm2.py
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 
@@ -37,14 +39,16 @@ pytestmark = pytest.mark.engine  # transformers: the GGUF conversion, a real tok
 
 @pytest.fixture(scope="module")
 def run(smollm2_dir, tmp_path_factory):
-    """One step of the preset (about 40 s on 2 shared cores after the one-off conversion)."""
+    """One step of the preset (about 40 s on 2 shared cores after the one-off conversion), and what it printed."""
     out = tmp_path_factory.mktemp("smollm2") / "run"
-    summary = train.main(["--preset", "smollm2-arith", "--run_dir", str(out), *SMALL])
-    return out, summary
+    printed = io.StringIO()  # stdout and stderr (the progress bar's too)
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+        summary = train.main(["--preset", "smollm2-arith", "--run_dir", str(out), *SMALL])
+    return out, summary, printed.getvalue()
 
 
-def test_the_preset_trains_on_arithmetic_under_the_dapo_instruction(run, capsys):
-    out, summary = run
+def test_the_preset_trains_on_arithmetic_under_the_dapo_instruction(run):
+    out, summary, printed = run
     meta = json.loads((out / "config.json").read_text())
     assert meta["config"]["data"] == "arith" and meta["config"]["top_p"] == 0.7 and meta["dataset"].startswith("arith:")
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -55,12 +59,15 @@ def test_the_preset_trains_on_arithmetic_under_the_dapo_instruction(run, capsys)
     assert 0 <= summary["heldout/format_error"] <= 1 and 0 <= summary["heldout_after/exact_form"] <= 1
     held = json.loads((out / "final" / "dapo_run.json").read_text())["config"]
     assert held["eval_data"] == "arith"
-    if step.get("groups/exhausted"):  # nearly every group all-wrong at 12 tokens: said on stderr, once
-        assert capsys.readouterr().err.count("[warning] step 0: dynamic sampling kept") <= 1
+    # one round of as many prompts as groups: a short batch is the plan, said once at the start, and a warning
+    # only where the step trained on no group
+    assert printed.count("[plan] 1 generation round(s) of 2 prompts for 2 groups a step") == 1
+    warned = printed.count("[warning] step 0: dynamic sampling kept")
+    assert warned == (step.get("groups/exhausted", 0) == 1 and step["groups/kept"] == 0), (warned, step)
 
 
 def test_eval_fixes_writes_every_arm_and_the_schema_cannot_fail_the_format(run, tmp_path):
-    out, _ = run
+    out, _, _ = run
     res = ev.main(["fixes", "--preset", "smollm2-arith", "--k", "2", "--limit", "2", "--max_new_tokens", "12",
                    "--tries", "2", "--n_boot", "100", "--out", str(tmp_path / "fx"), "--trained", str(out)])
     saved = json.loads((tmp_path / "fx" / "fixes.json").read_text())
