@@ -44,7 +44,7 @@ def worker(engine_name: str, model_name: str, prompts_per_call: int, calls: int,
     import train
     from plumbing import models, policy
     from rollout import SamplingParams
-    from task import Task, task_of
+    from task import task_of
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     t0 = time.perf_counter()
@@ -53,8 +53,9 @@ def worker(engine_name: str, model_name: str, prompts_per_call: int, calls: int,
         model_dir = models.resolve(model_name)
         task, cfg = task_of(cfg)
         logprobs = cfg.sampler_logprobs
-    else:
-        cfg, model_dir, task, logprobs = train.Config(seed=seed), str(policy.DEFAULT_MODEL), Task(), True
+    else:  # `python train.py`'s round: the tiny task
+        cfg, model_dir, logprobs = train.Config(seed=seed), str(policy.DEFAULT_MODEL), True
+        task, cfg = task_of(cfg)
     model, tok = policy.load_policy(str(model_dir), torch.device("cpu"))
     engine = policy.build_engine(engine_name, model=model, tokenizer=tok, model_dir=model_dir, device="cpu",
                                  seed=seed, max_model_len=512, sampler_logprobs=logprobs,
