@@ -94,8 +94,9 @@ class EvalConfig:
     temperature: float = F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = F(0.7, "nucleus top_p (paper evaluation 0.7)")
     max_new_tokens: int = F(0, "response budget in tokens; 0 = the checkpoint's max_response_len (paper 20480)")
-    max_prompt_len: int = F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt is cut from the left "
-                                  "when the checkpoint trained with --prompt_truncation left, else it is an error")
+    max_prompt_len: int = F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt follows --prompt_truncation")
+    prompt_truncation: str = F("", "a prompt over the budget: error, left (the start of the problem's text is cut), skip "
+                                   "(dropped, counted); '' = the checkpoint's")
     instruction: str = F("", "'dapo' | 'none' | a template holding {problem}; '' = the checkpoint's")
     few_shot: str = F("", "worked examples before each problem: N (the task's own) or a .jsonl of {problem, response}; "
                       "'' = the checkpoint's")
@@ -153,6 +154,8 @@ def _eval_rules(c: EvalConfig):
            "keeps no token (use --temperature 0 for greedy decoding)")
     yield (c.max_new_tokens < 0, f"--max_new_tokens must be >= 0 (0 = the checkpoint's max_response_len), got {c.max_new_tokens}")
     yield (c.max_prompt_len < 0, f"--max_prompt_len must be >= 0 (0 = the checkpoint's), got {c.max_prompt_len}")
+    yield (c.prompt_truncation not in ("", "error", "left", "skip"),
+           f"--prompt_truncation must be error, left or skip ('' = the checkpoint's), got {c.prompt_truncation!r}")
     yield from cli.instruction_rules(c.instruction, c.few_shot, allow_empty=True)
     yield (c.verifier not in ("", *verifier.MODES), f"--verifier must be one of {verifier.MODES} ('' = the checkpoint's), "
            f"got {c.verifier!r}")
@@ -172,7 +175,7 @@ def _eval_rules(c: EvalConfig):
 def _score(problem, group, tokenizer, cfg, task: Task) -> tuple[list[str], list]:
     """(decoded responses, their verdicts): the task's reward call, as in training."""
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group]
-    return texts, task.score(texts, problem, cfg)
+    return texts, task.verdicts(texts, problem, cfg)
 
 
 def same_answer(mode: str):
@@ -429,7 +432,8 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
         raise ValueError(f"{model_dir} has no dapo_run.json, so its response budget is unknown: pass --max_new_tokens "
                          f"(paper 20480) and check --instruction / --verifier")
     overrides = {"max_response_len": ecfg.max_new_tokens, "max_prompt_len": ecfg.max_prompt_len,
-                 "instruction": ecfg.instruction, "few_shot": ecfg.few_shot, "verifier": ecfg.verifier}
+                 "prompt_truncation": ecfg.prompt_truncation, "instruction": ecfg.instruction, "few_shot": ecfg.few_shot,
+                 "verifier": ecfg.verifier}
     base.update({k: v for k, v in overrides.items() if v})
     # a JSON file must never switch on running model code: only the flag does
     base.update(model=str(model_dir), seed=ecfg.seed, trust_remote_code=ecfg.trust_remote_code)

@@ -299,12 +299,8 @@ def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], 
                 gen_round: int = 0, gen_wall_s: float = 0.0, group_id: str = "") -> Group:
     """Correctness (+1/-1, the task's verdict) plus the soft overlong punishment (paper eq. 13)."""
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
-    scores = task.score(texts, problem, cfg)
-    r_correct = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (G,)
-    if not torch.isfinite(r_correct).all():  # the verifier gives +-1: a forked task's score is the likely source
-        i = int((~torch.isfinite(r_correct)).nonzero()[0])
-        raise ValueError(f"{type(task).__name__}.score gave reward {scores[i].reward} to response {i} of problem {problem.id} "
-                         "(rewards must be finite; the task's score is the likely source): make it return finite rewards")
+    scores = task.verdicts(texts, problem, cfg)  # the task's score, checked: one finite verdict per response
+    r_correct = torch.tensor([float(s.reward) for s in scores], dtype=torch.float32)  # (G,)
     lengths = torch.tensor([len(s.token_ids) for s in samples])  # (G,)
     if cfg.overlong_penalty:
         r_over = dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,

@@ -272,7 +272,7 @@ class Run:
                  max_prompt_len: int, state: dict):
         self.cfg, self.dist, self.device, self.run_id, self.start, self.log = cfg, dist, device, run_id, start, log
         self.prov, self.engine, self.tokenizer, self.max_prompt_len = prov, engine, tokenizer, max_prompt_len
-        self.state = state
+        self.state, self.prompts_cut = state, {}
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
         self.after_load = memory_gib(device)  # model, optimizer, engine and a resumed checkpoint are in memory
@@ -387,6 +387,8 @@ class Run:
         self.log.scalars(after, cfg.steps)
         summary = {"run_id": self.run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - self.t_run, 1), **before,
                    **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
+        if self.prompts_cut:  # --prompt_truncation left: how many prompts lost the start of their text, the first ids
+            summary["prompts_cut"] = self.prompts_cut
         failure = None
         try:
             save_hf(model, tokenizer, run_dir / "final", self.dist, {
@@ -453,5 +455,7 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
               f"{min(cfg.probe_size, len(held_out or [])) if cfg.probe_every else 0} in the probe set", flush=True)
     run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)),
               resumed["state"] if resumed else {"nonfinite_in_a_row": 0})
+    run.prompts_cut = {flag: {"count": d.info["prompts_cut"], "first": d.info.get("prompts_cut_first", [])}
+                       for flag, d in (("data", data), ("eval_data", held_out)) if d and d.info.get("prompts_cut")}
     return run, resumed
 
