@@ -33,7 +33,9 @@ pass@k. Here:
 
 Prompts are rebuilt from what the checkpoint saved (final/dapo_run.json: instruction, verifier,
 max_response_len, max_prompt_len, prompt_truncation), never from this file's defaults; flags
-override and the report says which. The same task.Task scores here and in training.
+override and the report says which. When the model's run trained on problems of --data (the
+same text), stderr says so and the report's settings count them (trained_problems). The same
+task.Task scores here and in training.
 
 How this file departs from the paper's evaluation (each is recorded in the report's settings):
   1. The verifier is the checkpoint's (default "dapo", verifier.py's fixed rule). The paper scored
@@ -66,10 +68,10 @@ import verifier
 from rollout import SamplingParams
 from task import FORMAT_ERRORS, Dataset, Task, load_task, task_spec
 from tasks import tiny
-from evaluation import compare, fixes, frontier, paraphrase, reports
+from evaluation import compare, fixes, frontier, overlap, paraphrase, reports
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
-from plumbing import cli, distributed, models, policy
+from plumbing import checkpoints, cli, distributed, models, policy
 from plumbing.cli import F
 from plumbing.distributed import Dist, rank_seed, shard, unshard
 from plumbing.policy import repo_commit
@@ -329,8 +331,10 @@ def held_out(engine, tokenizer, data, cfg, task, dist: Dist, tag: str) -> dict:
     res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
     out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
     out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
+    out["heldout/trained_problems"] = trained = data.info.get("trained_problems", 0)  # --allow_heldout_overlap
     if dist.main:
-        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float))
+              + (f" ({trained} of these {len(data)} problems were trained on)" if trained else ""), flush=True)
     return out
 
 
@@ -479,6 +483,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     limit = ecfg.limit or (settings.eval_limit if spec == settings.eval_data else 0)  # the run's held-out set
     data = task.load(spec, tokenizer, settings, held_out=True, limit=limit, flag="--data")  # before the model
+    trained = overlap.trained_on(model_dir, data, settings)  # problems of --data its run trained on (said on stderr)
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
@@ -493,7 +498,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
     res["settings"].update(config_source=source, task=f"{type(task).__module__}:{type(task).__qualname__}",
-                           dataset=data.name, dataset_hash=data.hash, **data.info)
+                           dataset=data.name, dataset_hash=data.hash, **data.info, trained_problems=trained)
     return res
 
 

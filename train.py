@@ -104,6 +104,8 @@ class Config:
                           "problem/answer")
     eval_data: str = F("tiny", "held-out data evaluated before and after training ('' = none)")
     eval_limit: int = F(256, "held-out problems evaluated (0 = all)")
+    allow_heldout_overlap: bool = F(False, "train although held-out problems are training ones (same text), counting "
+                                           "them (heldout/trained_problems); false: refused at load")
     eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
     eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
     eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
@@ -622,6 +624,8 @@ def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | No
     data = task.load(cfg.data, tokenizer, cfg, held_out=False, flag="--data")
     held_out = None if not cfg.eval_data else task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit,
                                                          flag="--eval_data")
+    if held_out is not None:  # held-out figures are about problems never trained on: compared by text, at load
+        ev.overlap.check_held_out(data, held_out, allow=cfg.allow_heldout_overlap)
     return data, held_out
 
 

@@ -405,9 +405,10 @@ class Run:
             (run_dir / "summary.json").write_text(json.dumps(clean(summary), indent=2) + "\n")
             if before and after:
                 k = f"avg@{cfg.eval_k}"
+                trained = after.get("heldout/trained_problems", 0)
                 print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "
                       f"({after['heldout/n_problems']} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, "
-                      f"top_p={cfg.eval_top_p})")
+                      f"top_p={cfg.eval_top_p}" + (f"; {trained} of them were trained on" if trained else "") + ")")
         self.log.close()
         self.release()
         return summary
