@@ -201,6 +201,7 @@ class Config:
     save_every: int = F(0, "write a resumable checkpoint every N steps (0 = only at the end and on SIGINT/SIGTERM)")
     keep_checkpoints: int = F(2, "most recent checkpoints kept")
     resume: str = F("", "resume from a checkpoint directory, or 'latest' (RUN_DIR/checkpoints/latest)")
+    overwrite: bool = F(False, "a fresh run in a --run_dir that holds a run replaces it (else refused); never with --resume")
     resume_allow_config_change: bool = F(False, "resume even if the config differs from the checkpoint's")
     max_nonfinite_steps: int = F(3, "stop after this many rollout steps in a row whose every update was non-finite")
 
@@ -251,7 +252,7 @@ PRESETS: dict[str, dict] = {
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every",
                       "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol",
-                      "generator_weights", "generator_timeout_s"}
+                      "generator_weights", "generator_timeout_s", "overwrite"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -568,6 +569,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     distributed.seed_everything(cfg.seed, cfg.threads, offload=cfg.cpu_offload)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
+    runlog.claim_run_dir(cfg, dist)  # one run per directory; a fresh run never writes over another's files
     runlog.check_resume(cfg, dist)  # so does a damaged checkpoint
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg,

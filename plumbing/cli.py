@@ -231,6 +231,8 @@ def _config_rules(c, world: int, engine: str):
     yield (c.probe_every < 0, f"--probe_every must be >= 0 (0 = off), got {c.probe_every}")
     yield (c.probe_every > 0 and c.probe_size < 1,
           f"--probe_size must be >= 1 while --probe_every is on, got {c.probe_size}: raise it or pass --probe_every 0")
+    yield (c.overwrite and bool(c.resume), f"--overwrite true replaces the run in --run_dir and --resume {c.resume} "
+           "continues it: pass one of them")
     yield (c.save_every < 0, f"--save_every must be >= 0 (0 = only at the end), got {c.save_every}")
     yield (c.keep_checkpoints < 1, f"--keep_checkpoints must be >= 1, got {c.keep_checkpoints}")
     yield (c.max_nonfinite_steps < 1, f"--max_nonfinite_steps must be >= 1, got {c.max_nonfinite_steps}")

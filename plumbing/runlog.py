@@ -8,18 +8,23 @@ Plumbing a learner may skip on first reading (with plumbing/policy.py). What a r
     probe_rollouts.jsonl   the fixed probe set's rollouts
     checkpoints/           resumable checkpoints (plumbing/checkpoints.py: atomic, checksummed; `latest` names the newest)
     final/                 the trained model in HF format, with dapo_run.json (what eval.py reads)
-    summary.json           held-out before and after, the run's duration
+    summary.json           held-out before and after, the run's duration, the prompts --prompt_truncation left cut
     tb/                    TensorBoard events (--tensorboard true)
+    run.lock               held (flock) by the run using the directory, naming it (`claim_run_dir`)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import json
 import math
+import os
 import resource
+import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -288,6 +293,7 @@ class Run:
         train.train, a test runner's pool workers forked from it included."""
         if exc_type is not None:
             self.signal.restore()
+            release_run_dir(Path(self.cfg.run_dir))
 
     def steps(self):
         """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
@@ -379,6 +385,7 @@ class Run:
         the trainer's default group still alive (vllm_engine.VLLMEngine.close keeps it)."""
         self.engine.close()
         close_distributed(self.dist)
+        release_run_dir(Path(self.cfg.run_dir))
 
     def finish(self, model, tokenizer, before: dict, after: dict) -> dict:
         """The trained model in HF format (RUN_DIR/final), summary.json, the before/after line."""
@@ -398,6 +405,7 @@ class Run:
             failure = str(e)
         failure = first_failure(failure, self.dist)  # rank 0 writes: every rank stops with it
         if failure:
+            release_run_dir(run_dir)  # the run ends here: a resume may take the directory (in this process too)
             raise RunStopped(checkpoints.final_failure(run_dir / "checkpoints", run_dir / "final", failure))
         memory, summary["memory_per_rank"] = memory_metrics(self.after_load, self.device, self.dist)  # final/ included
         summary |= memory
@@ -412,6 +420,103 @@ class Run:
         self.log.close()
         self.release()
         return summary
+
+
+# --- the run directory: one run at a time, never over another run's files ----------------------------------
+
+LOCK = "run.lock"  # held (flock) by the run using the directory; it names its owner
+RUN_FILES = ("config.json", *RunLog.FILES, "summary.json", "checkpoints", "final", "tb")  # what a run writes there
+_HELD: dict[str, object] = {}  # lock file: its open file, for the run's life (this process's runs)
+
+
+def claim_run_dir(cfg, dist: Dist) -> None:
+    """Hold --run_dir for this run, and refuse to write over another run's files; a collective (rank 0 does it).
+
+    The hold is an exclusive flock on RUN_DIR/run.lock, kept until the run ends. The kernel drops it
+    when the process ends, however it ends (SIGKILL, a crash, a lost node), so a run that died leaves
+    nothing to clean up; a pid file would need a liveness check instead, wrong across the hosts of a
+    shared filesystem and after the pid is reused. The file holds the owner's pid, host and start
+    time, which the refusal names. (A filesystem without locks gets a warning and no hold.)
+
+    Unless --resume: a directory holding a run's files (RUN_FILES; other files do not count) is
+    refused with one line saying what it holds and whether --resume latest continues it;
+    --overwrite true replaces it (`start` removes those files when the run's own are first written).
+
+    Raises RunStopped (on every rank).
+    """
+    failure = _claim(Path(cfg.run_dir), cfg) if dist.main else None
+    failure = first_failure(failure, dist)
+    if failure:
+        raise RunStopped(failure)
+
+
+def _claim(run_dir: Path, cfg) -> str | None:
+    release_run_dir(run_dir)  # held still by a run of this process that ended by an exception
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        f = open(run_dir / LOCK, "a+")
+    except OSError as e:
+        return f"--run_dir {run_dir}: cannot write there ({e})"
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        owner = f.read().strip() or "it has not written its name yet"
+        f.close()
+        return (f"--run_dir {run_dir} is in use by another run ({owner}; {run_dir / LOCK}): wait for it to end, or pass "
+                "another --run_dir")
+    except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without locks
+        print(f"[warning] --run_dir {run_dir}: cannot lock {LOCK} ({e}); a second run in this directory would not be "
+              "refused", file=sys.stderr, flush=True)
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}, started "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n")
+    f.flush()
+    _HELD[str(run_dir.resolve() / LOCK)] = f
+    found = [n for n in RUN_FILES if (run_dir / n).exists()]
+    if cfg.resume or cfg.overwrite or not found:
+        return None
+    release_run_dir(run_dir)
+    return _occupied(run_dir, found)
+
+
+def _occupied(run_dir: Path, found: list[str]) -> str:
+    """The refusal of a fresh run in a directory that holds a run: what it holds, and which flag continues or replaces it."""
+    try:
+        ckpt = checkpoints.find_checkpoint(run_dir, "latest")
+    except FileNotFoundError:
+        ckpt = None
+    step = f"step {int(ckpt.name[5:])}" if ckpt and ckpt.name[5:].isdigit() else "its last step"
+    head = f"--run_dir {run_dir} holds "
+    if (run_dir / "summary.json").is_file() or (run_dir / "final" / "dapo_run.json").is_file():
+        more = f", --resume latest with a larger --steps to train it further from {ckpt}" if ckpt else ""
+        return (f"{head}a finished run ({', '.join(found)}), which a fresh run would write over. Pass another --run_dir"
+                f"{more}, or --overwrite true to replace it")
+    if ckpt:
+        return (f"{head}a run that stopped after {step} ({ckpt}), which a fresh run would write over. Pass --resume latest "
+                "to continue it, --overwrite true to replace it, or another --run_dir")
+    return (f"{head}the files of a run that wrote no checkpoint ({', '.join(found)}), which a fresh run would write over. "
+            "Pass --overwrite true to replace them, or another --run_dir")
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Let go of --run_dir (closing the lock file drops the flock); nothing when this process does not hold it."""
+    f = _HELD.pop(str(Path(run_dir).resolve() / LOCK), None)
+    if f is not None:
+        f.close()
+
+
+def _remove_run_files(run_dir: Path) -> None:
+    """--overwrite true: the earlier run's files (RUN_FILES) go, nothing else of the directory."""
+    gone = [n for n in RUN_FILES if (run_dir / n).exists()]
+    for name in gone:
+        if (run_dir / name).is_dir():
+            shutil.rmtree(run_dir / name)
+        else:
+            (run_dir / name).unlink()
+    if gone:
+        print(f"[run] --overwrite true: removed the earlier run's {', '.join(gone)} from {run_dir}", flush=True)
 
 
 def check_resume(cfg, dist: Dist) -> None:
@@ -449,6 +554,8 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
     meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
             "dataset": data.name, "dataset_hash": data.hash, "n_problems": len(data), "template_hash": template_hash,
             "world_size": dist.world, "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
+    if cfg.overwrite and dist.main:  # claim_run_dir let this fresh run replace the one in the directory
+        _remove_run_files(run_dir)
     log = RunLog(run_dir, meta, dist, start=start_step, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project)
     if dist.main:
         print(json.dumps(meta["config"]), flush=True)
