@@ -386,6 +386,8 @@ def resolve_model(spec: str) -> Path:
     path = Path(models.resolve(spec)) if spec else DEFAULT_MODEL
     if (path / "final" / "dapo_run.json").exists():
         path = path / "final"
+    elif unfinished := checkpoints.unfinished_model(path):  # a run's final/ cut short (a full disk), or not written yet
+        raise FileNotFoundError(f"--model {spec}: {unfinished}")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
                                 f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(policy.REPO)}, built by `python -m tasks.tiny_base`)")

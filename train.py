@@ -589,11 +589,15 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     source = generator.make_source(cfg, task, model, engine, data, dist, run.start, resumed, collect_groups, Group)
     with run, source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
         for step in run.steps():
+            if run.stop_requested():  # SIGINT/SIGTERM before this step (during the held-out evaluation): none of it trained
+                return run.stop_before(step, model, optimizer, scheduler, source.state())
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
                 probe, probe_records = ev.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
                                                         step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
+            if run.stop_requested(starting=True):  # ... or during its probe
+                return run.stop_before(step, model, optimizer, scheduler, source.state())
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
             if source.inline:  # the official loop: the learner samples with the weights it has just trained
                 rollouts = collect_groups(step, engine, source.stream, data, cfg, dist, tokenizer, task, source.buffer)

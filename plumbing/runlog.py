@@ -39,7 +39,8 @@ import verifier
 from rollout import RolloutWriter
 from plumbing import checkpoints
 from plumbing.cli import RunStopped
-from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, close_distributed, first_failure
+from plumbing.distributed import (Dist, all_gather_objects, all_reduce_max, broadcast_object, close_distributed,
+                                  first_failure)
 from plumbing.policy import save_hf
 from task import FORMAT_ERRORS
 
@@ -167,7 +168,10 @@ def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
 
 
 class StopSignal:
-    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly.
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly. A stop that comes
+    before a step has started (the held-out evaluation before the first step, the probe at a step's
+    start) ends the run before that step: what is in flight (an evaluation) finishes, no update is
+    trained (Run.stop_before). Before the Run exists (loading), Ctrl-C is Python's KeyboardInterrupt.
 
     A second SIGINT (Ctrl-C twice) stops at once. A repeated SIGTERM does not: under torchrun
     the same stop arrives twice (a scheduler signals every process of the job, and torchrun
@@ -176,7 +180,7 @@ class StopSignal:
     """
 
     def __init__(self):
-        self.hit = False
+        self.hit, self.in_step = False, False  # in_step: a step's generation or update is in flight
         self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame):
@@ -185,7 +189,9 @@ class StopSignal:
                 raise KeyboardInterrupt
             return
         self.hit = True
-        print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
+        then = ("finishing the step in flight" if self.in_step else
+                "stopping before the next step (an evaluation in flight finishes first; no update is trained)")
+        print(f"\n[signal {signum}] {then}, then checkpoint and exit", file=sys.stderr, flush=True)
 
     def restore(self):
         for sig, old in self._old.items():
@@ -347,6 +353,7 @@ class Run:
             print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                   "the weights may be broken", file=sys.stderr, flush=True)
         self.interrupted = all_reduce_max(float(self.signal.hit), self.dist) > 0
+        self.signal.in_step = False  # from here until the next step's generation, a stop comes before a step
         self.state["samples_generated"] = self.state.get("samples_generated", 0) + stats["envelope/samples_generated"]
         over = (cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds) or (
             cfg.max_samples > 0 and self.state["samples_generated"] >= cfg.max_samples)
@@ -374,10 +381,35 @@ class Run:
         """After SIGINT/SIGTERM: the checkpoint is written; release everything and return."""
         if self.dist.main:
             print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
+        return self._close({"run_id": self.run_id, "interrupted_after_step": step})
+
+    def stop_requested(self, starting: bool = False) -> bool:
+        """Whether SIGINT/SIGTERM came before the step about to start (during the held-out evaluation, or the
+        probe at its start); a collective, so every rank stops at the same point. starting: the step's
+        generation begins next when this is False (the signal's message then says the step is in flight)."""
+        hit = all_reduce_max(float(self.signal.hit), self.dist) > 0
+        self.signal.in_step = starting and not hit
+        return hit
+
+    def stop_before(self, step: int, model, optimizer, scheduler, source_state: dict) -> dict:
+        """End the run before `step`, training nothing of it: a checkpoint after `step` rollout steps (the weights
+        as they are, with what was done before, the held-out evaluation's "before" figures) unless `latest` is
+        that one already (a resumed run stopped before its first step), then release everything."""
+        root = Path(self.cfg.run_dir) / "checkpoints"
+        name = f"step_{step:06d}"
+        latest = (root / "latest").read_text().strip() if self.dist.main and (root / "latest").is_file() else None
+        if broadcast_object(latest, self.dist) != name:
+            self.save_checkpoint(step, model, optimizer, scheduler, source_state)
+        if self.dist.main:
+            print(f"[signal] stopped before step {step}: no update of it was trained; {root / name} holds the run so far; "
+                  "resume with --resume latest", flush=True)
+        return self._close({"run_id": self.run_id, "interrupted_before_step": step})
+
+    def _close(self, out: dict) -> dict:
         self.signal.restore()
         self.log.close()
         self.release()
-        return {"run_id": self.run_id, "interrupted_after_step": step}
+        return out
 
     def release(self) -> None:
         """The engine, then the process group, after the run's last collective. The order matters
