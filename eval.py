@@ -34,7 +34,9 @@ pass@k. Here:
 
 Prompts are rebuilt from what the checkpoint saved (final/dapo_run.json: instruction, verifier,
 max_response_len, max_prompt_len, prompt_truncation), never from this file's defaults; flags
-override and the report says which. The same task.Task scores here and in training.
+override and the report says which. When the model's run trained on problems of --data (the
+same text), stderr says so and the report's settings count them (trained_problems). The same
+task.Task scores here and in training.
 
 How this file departs from the paper's evaluation (each is recorded in the report's settings):
   1. The verifier is the checkpoint's (default "dapo", verifier.py's fixed rule). The paper scored
@@ -64,7 +66,7 @@ import rollout
 import verifier
 from rollout import SamplingParams
 from task import load_task, task_spec
-from evaluation import compare, fixes, frontier, paraphrase, reports
+from evaluation import compare, fixes, frontier, overlap, paraphrase, reports
 from evaluation.measure import evaluate
 from evaluation.estimators import (MAJ_TIE_RULE, answer_classes, avg_at_k, bootstrap_ci, maj_at_k, majority_vote,  # noqa: F401
                                    paired_bootstrap, pass_at_k, problem_scores)
@@ -92,8 +94,9 @@ class EvalConfig:
     temperature: float = F(1.0, "sampling temperature (paper evaluation 1.0)")
     top_p: float = F(0.7, "nucleus top_p (paper evaluation 0.7)")
     max_new_tokens: int = F(0, "response budget in tokens; 0 = the checkpoint's max_response_len (paper 20480)")
-    max_prompt_len: int = F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt is cut from the left "
-                                  "when the checkpoint trained with --prompt_truncation left, else it is an error")
+    max_prompt_len: int = F(0, "prompt budget in tokens; 0 = the checkpoint's. A longer prompt follows --prompt_truncation")
+    prompt_truncation: str = F("", "a prompt over the budget: error, left (the start of the problem's text is cut), skip "
+                                   "(dropped, counted); '' = the checkpoint's")
     instruction: str = F("", "'dapo' | 'none' | a template holding {problem}; '' = the checkpoint's")
     few_shot: str = F("", "worked examples before each problem: N (the task's own) or a .jsonl of {problem, response}; "
                       "'' = the checkpoint's")
@@ -151,6 +154,8 @@ def _eval_rules(c: EvalConfig):
            "keeps no token (use --temperature 0 for greedy decoding)")
     yield (c.max_new_tokens < 0, f"--max_new_tokens must be >= 0 (0 = the checkpoint's max_response_len), got {c.max_new_tokens}")
     yield (c.max_prompt_len < 0, f"--max_prompt_len must be >= 0 (0 = the checkpoint's), got {c.max_prompt_len}")
+    yield (c.prompt_truncation not in ("", "error", "left", "skip"),
+           f"--prompt_truncation must be error, left or skip ('' = the checkpoint's), got {c.prompt_truncation!r}")
     yield from cli.instruction_rules(c.instruction, c.few_shot, allow_empty=True)
     yield (c.verifier not in ("", *verifier.MODES), f"--verifier must be one of {verifier.MODES} ('' = the checkpoint's), "
            f"got {c.verifier!r}")
@@ -173,6 +178,8 @@ def resolve_model(spec: str) -> Path:
     path = Path(models.resolve(spec)) if spec else DEFAULT_MODEL
     if (path / "final" / "dapo_run.json").exists():
         path = path / "final"
+    elif unfinished := checkpoints.unfinished_model(path):  # a run's final/ cut short (a full disk), or not written yet
+        raise FileNotFoundError(f"--model {spec}: {unfinished}")
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"--model {spec or str(path)!r}: no config.json there; pass an HF model directory or a run "
                                 f"directory holding final/ (the shipped base policy is {DEFAULT_MODEL.relative_to(policy.REPO)}, built by `python -m tasks.tiny_base`)")
@@ -223,7 +230,8 @@ def checkpoint_settings(model_dir: Path, ecfg: EvalConfig) -> tuple[ModelSetting
         raise ValueError(f"{model_dir} has no dapo_run.json, so its response budget is unknown: pass --max_new_tokens "
                          f"(paper 20480) and check --instruction / --verifier")
     overrides = {"max_response_len": ecfg.max_new_tokens, "max_prompt_len": ecfg.max_prompt_len,
-                 "instruction": ecfg.instruction, "few_shot": ecfg.few_shot, "verifier": ecfg.verifier}
+                 "prompt_truncation": ecfg.prompt_truncation, "instruction": ecfg.instruction, "few_shot": ecfg.few_shot,
+                 "verifier": ecfg.verifier}
     base.update({k: v for k, v in overrides.items() if v})
     # a JSON file must never switch on running model code: only the flag does
     base.update(model=str(model_dir), seed=ecfg.seed, trust_remote_code=ecfg.trust_remote_code)
@@ -269,6 +277,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     tokenizer = policy.load_tokenizer(str(model_dir), trust_remote_code=settings.trust_remote_code)
     limit = ecfg.limit or (settings.eval_limit if spec == settings.eval_data else 0)  # the run's held-out set
     data = task.load(spec, tokenizer, settings, held_out=True, limit=limit, flag="--data")  # before the model
+    trained = overlap.trained_on(model_dir, data, settings)  # problems of --data its run trained on (said on stderr)
     para = paraphrase.load(ecfg.paraphrases, data, tokenizer, settings, task) if ecfg.paraphrases else None
     engine, tokenizer = make_engine(ecfg.engine, model_dir, settings, ecfg, device, world=dist.world)
     params = SamplingParams(n=ecfg.k, max_new_tokens=settings.max_response_len, temperature=ecfg.temperature,
@@ -283,7 +292,7 @@ def measure(ecfg: EvalConfig, dist: Dist, device) -> dict:
     finally:  # the engine before the process group: its shutdown needs the group
         engine.close()
     res["settings"].update(config_source=source, task=f"{type(task).__module__}:{type(task).__qualname__}",
-                           dataset=data.name, dataset_hash=data.hash, **data.info)
+                           dataset=data.name, dataset_hash=data.hash, **data.info, trained_problems=trained)
     return res
 
 

@@ -106,7 +106,7 @@ def score_answers(problems, samples, texts, cfg, task: Task) -> list[dict]:
         lengths = torch.tensor([len(s.token_ids) for s in group])  # (G,)
         over = (dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,
                                       penalty_factor=cfg.overlong_factor) if cfg.overlong_penalty else torch.zeros(len(group)))
-        for i, (s, text, sc) in enumerate(zip(group, group_texts, task.score(group_texts, p, cfg))):
+        for i, (s, text, sc) in enumerate(zip(group, group_texts, task.verdicts(group_texts, p, cfg))):
             others = audit.other_verdicts(text, p.answer, cfg.verifier) if modes else {}
             markers = audit.answer_markers(text)
             fmt = (["no_answer_line"] if markers == 0 else []) + (

@@ -11,7 +11,9 @@ through it. A new task replaces four methods:
     Task.check_answer(problem, cfg)      refuse a ground truth `score` cannot judge, at load time
 
 train.py (rollouts, the probe set, held-out evaluation), eval.py and preflight.py use the same
-`score`, so a number in a training log and a number in an evaluation report come from one rule.
+`score`, so a number in a training log and a number in an evaluation report come from one rule;
+each calls it through `Task.verdicts`, which checks what it returns (one verdict per response,
+finite rewards) right after the call.
 To train on another task, subclass Task (a dataclass: its fields are the task's options), override
 these methods, and name it on the command line of every entry point:
 
@@ -48,6 +50,7 @@ import dataclasses
 import hashlib
 import importlib
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -58,6 +61,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 import verifier
+from plumbing import cli
 
 # Data names that a task generates itself, and that task (module:Class); any other --data is read by Task.
 BUILTIN_TASKS = {"tiny": "tasks.tiny:TinyTask", "arith": "tasks.arith:Arithmetic"}
@@ -249,28 +253,95 @@ class Task:
 
     # --- built on the pieces above --------------------------------------------------------------
 
-    def build_prompt(self, problem: Problem, tokenizer, cfg) -> list[int]:
-        """Prompt token ids of one problem (build_prompts)."""
-        return self.build_prompts([problem], tokenizer, cfg)[0]
+    def verdicts(self, responses: list[str], problem: Problem, cfg) -> list[verifier.Score]:
+        """`score`, checked right after the call: what training, the probe, evaluation and the pre-flight call.
 
-    def build_prompts(self, problems: list[Problem], tokenizer, cfg) -> list[list[int]]:
-        """Prompt token ids of each problem: `messages`, then the tokenizer's chat template (plain lines without one).
+        One verdict per response (verifier.Score: correct, reward, pred, reason), each reward finite. A
+        `score` that raises keeps its traceback, and the line above it names the problem (the exception
+        is marked `keep_traceback`, so cli.run_cli shows it whole even when it is a ValueError).
+
+        Raises ValueError: one line naming the task's score, the problem id and what was wrong.
+        """
+        name = f"{type(self).__name__}.score"
+        try:
+            scores = self.score(responses, problem, cfg)
+        except Exception as e:  # a bug of the task's own code: its traceback is what the fork's author needs
+            print(f"[task] {name} raised {type(e).__name__} on problem {problem.id} (scoring {len(responses)} responses); "
+                  "its traceback follows", file=sys.stderr, flush=True)
+            e.keep_traceback = True
+            raise
+        n = len(scores) if isinstance(scores, (list, tuple)) else None
+        if n != len(responses):
+            got = f"{n} verdict(s)" if n is not None else f"a {type(scores).__name__}, not a list"
+            raise ValueError(f"{name} returned {got} for the {len(responses)} responses to problem {problem.id}: it must "
+                             "return one verifier.Score per response, in the order of the responses")
+        for i, sc in enumerate(scores):
+            if not all(hasattr(sc, a) for a in ("correct", "reward", "pred", "reason")):
+                raise ValueError(f"{name} returned a {type(sc).__name__} for response {i} of problem {problem.id}: each "
+                                 "verdict must be a verifier.Score (correct, reward, pred, reason)")
+            if not _finite(sc.reward):  # the verifier gives +-1: a forked task's score is the likely source
+                raise ValueError(f"{name} gave reward {sc.reward} to response {i} of problem {problem.id} (rewards must "
+                                 "be finite; the task's score is the likely source): make it return finite rewards")
+        return list(scores)
+
+
+    def build_prompt(self, problem: Problem, tokenizer, cfg) -> list[int]:
+        """Prompt token ids of one problem (`prompt_ids`)."""
+        return self.prompt_ids([problem], tokenizer, cfg)[0][0]
+
+    def prompt_ids(self, problems: list[Problem], tokenizer, cfg) -> list[tuple[list[int], int]]:
+        """For each problem, (its prompt's token ids, the prompt's length in tokens before any cut): `messages`,
+        then the tokenizer's chat template (plain lines without one).
 
         One batch call for all of them: a dataset's 20,000 prompts are tokenised once per run, and one
         call per prompt through the tokenizer's Python wrappers cost about 3 times as long (measured
-        on the tiny task). A prompt longer than cfg.max_prompt_len is cut from the left (as the
-        official scripts do) only with --prompt_truncation left; otherwise it is returned whole and
-        `load` decides.
+        on the tiny task). A prompt longer than cfg.max_prompt_len is cut only with --prompt_truncation
+        left, and then in the problem's own text (`_cut`); otherwise it is returned whole and `load` decides.
+
+        Raises ValueError: as `_cut`.
         """
-        conversations = [self.messages(p, cfg) for p in problems]
-        if not conversations:
-            return []
-        if tokenizer.chat_template:
-            texts = tokenizer.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False)
-        else:
-            texts = ["\n".join(m["content"] for m in msgs) + "\n" for msgs in conversations]
-        ids = encode(tokenizer, texts)
-        return [x[-cfg.max_prompt_len:] for x in ids] if cfg.prompt_truncation == "left" else ids
+        whole = _encode_all([self.messages(p, cfg) for p in problems], tokenizer)
+        if cfg.prompt_truncation != "left":
+            return [(ids, len(ids)) for ids in whole]
+        return [(ids if len(ids) <= cfg.max_prompt_len else self._cut(p, ids, tokenizer, cfg), len(ids))
+                for p, ids in zip(problems, whole)]
+
+    def _cut(self, problem: Problem, ids: list[int], tokenizer, cfg) -> list[int]:
+        """The prompt `ids` of `problem` (over cfg.max_prompt_len) within the budget, under --prompt_truncation left.
+
+        The prompt loses the start of the problem's own text (its last user message, inside the official
+        instruction when it holds one), as few tokens as bring it within the budget; the chat template's
+        turn markers, a system turn, the instruction and the --few_shot examples stay. (The official
+        scripts cut the whole prompt's token ids from the left, verl's `truncation="left"`: on a chat model
+        the system turn and the turn markers went first.) The cut text is rendered again, so the ids are
+        the tokenizer's own for a real text.
+
+        Raises ValueError: a prompt whose structure alone (everything but the problem's text) is over the budget.
+        """
+        users = [i for i, m in enumerate(problem.messages) if m.get("role", "user") == "user"]
+        at = users[-1] if users else len(problem.messages) - 1
+        text = problem.messages[at]["content"]
+        head = DAPO_PREFIX if text.startswith(DAPO_PREFIX) else ""
+        tail = DAPO_SUFFIX if text.endswith(DAPO_SUFFIX) and len(text) >= len(head) + len(DAPO_SUFFIX) else ""
+        body = tokenizer(text[len(head) : len(text) - len(tail)], add_special_tokens=False)["input_ids"]
+
+        def with_text(own: str) -> list[int]:
+            msgs = [dict(m) for m in problem.messages]
+            msgs[at]["content"] = head + own + tail
+            return _encode_all([self.messages(dataclasses.replace(problem, messages=msgs), cfg)], tokenizer)[0]
+
+        keep = len(body) - (len(ids) - cfg.max_prompt_len)
+        for _ in range(16):  # the seams between text and template may tokenise otherwise: cut again by what is over
+            if keep < 1:
+                break
+            cut = with_text(tokenizer.decode(body[-keep:], skip_special_tokens=False).lstrip("\ufffd"))
+            if len(cut) <= cfg.max_prompt_len:
+                return cut
+            keep -= len(cut) - cfg.max_prompt_len
+        raise ValueError(f"the prompt of problem {problem.id} has {len(ids)} tokens and cannot be cut within "
+                         f"--max_prompt_len {cfg.max_prompt_len} by the start of its text: everything around the text "
+                         f"(chat template, instruction, examples) takes {len(with_text(''))} tokens. Raise "
+                         "--max_prompt_len, or pass --prompt_truncation skip")
 
     def load(self, spec: str, tokenizer, cfg, *, held_out: bool, limit: int = 0, flag: str = "") -> Dataset:
         """Read a dataset and tokenise every prompt once (before any training or evaluation).
@@ -280,7 +351,8 @@ class Task:
 
         Held-out data is counted by problem id (deduplicated) and cut to its first `limit` problems.
         A prompt over --max_prompt_len tokens stops here under --prompt_truncation error (the
-        default), is dropped and counted under skip, and was already cut under left.
+        default), is dropped and counted under skip, and is cut under left (`prompt_ids`: the start
+        of the problem's text), counted, the first few named on one line and in info.
 
         Every id must name one problem (check_ids); prompts the tokenizer changes are counted and
         reported (round_trip).
@@ -301,28 +373,54 @@ class Task:
         repeats = Counter(Counter(p.id for p in rows).values())  # {rows per id: how many ids}
         info = {"dataset_rows": len(rows),
                 "rows_per_problem": next(iter(repeats)) if len(repeats) == 1 else {str(c): n for c, n in sorted(repeats.items())}}
-        kept, ids, too_long = [], [], []
-        for p, x in zip(problems, self.build_prompts(problems, tokenizer, cfg)):
+        kept, ids, too_long, cut = [], [], [], []
+        for p, (x, n) in zip(problems, self.prompt_ids(problems, tokenizer, cfg)):
             if len(x) > cfg.max_prompt_len:
                 too_long.append((p.id, len(x)))
                 continue
+            if n > len(x):  # --prompt_truncation left cut it
+                cut.append((p.id, n))
             kept.append(p)
             ids.append(x)
         if too_long and cfg.prompt_truncation == "error":
             raise ValueError(f"{len(too_long)} prompt(s) of {name} exceed --max_prompt_len {cfg.max_prompt_len} tokens "
                              f"(first: problem {too_long[0][0]}, {too_long[0][1]} tokens). Raise --max_prompt_len, or pass "
-                             "--prompt_truncation left (cut from the left, as the official scripts) or skip")
+                             "--prompt_truncation left (cut from the start of the problem's text) or skip")
         if too_long:
             print(f"[data] skipped {len(too_long)} prompt(s) longer than {cfg.max_prompt_len} tokens", file=sys.stderr)
+        if cut:
+            print(f"[data] {len(cut)} of {len(problems)} prompts of {name} exceed --max_prompt_len {cfg.max_prompt_len} "
+                  "tokens and lost the start of the problem's text (--prompt_truncation left; the chat template, instruction "
+                  "and examples stay); first: " + ", ".join(f"problem {i} ({n} tokens)" for i, n in cut[:3]), file=sys.stderr)
         if not kept:
             raise ValueError(f"no prompt of {name} fits --max_prompt_len {cfg.max_prompt_len}")
-        return Dataset(kept, ids, name, data_hash, {**info, "prompts_skipped": len(too_long),
+        return Dataset(kept, ids, name, data_hash, {**info, "prompts_skipped": len(too_long), "prompts_cut": len(cut),
+                                                    "prompts_cut_first": [i for i, _ in cut[:5]],
                                                     "prompts_changed_by_tokenizer": changed})
 
     def template_hash(self, tokenizer, cfg) -> str:
         """Hash of everything that turns a problem into prompt text (recorded with every rollout)."""
         shots = json.dumps(self.shots(cfg)) if getattr(cfg, "few_shot", "") else ""
         return hashlib.sha256(f"{tokenizer.chat_template}|{cfg.instruction}|{DAPO_PREFIX}|{DAPO_SUFFIX}{shots}".encode()).hexdigest()[:16]
+
+
+def _encode_all(conversations: list[list[dict]], tokenizer) -> list[list[int]]:
+    """Token ids of each conversation's chat messages: the tokenizer's chat template with the generation prompt,
+    else plain lines; one batch call (`encode`)."""
+    if not conversations:
+        return []
+    if tokenizer.chat_template:
+        texts = tokenizer.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False)
+    else:
+        texts = ["\n".join(m["content"] for m in msgs) + "\n" for msgs in conversations]
+    return encode(tokenizer, texts)
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
 
 
 def task_spec(task: str, data: str) -> str:
@@ -372,10 +470,7 @@ def load_task(spec: str, args: str | dict = "{}") -> Task:
     unknown = sorted(set(kwargs) - set(fields))
     if unknown:
         raise ValueError(f"--task_args: {name} has no option {unknown[0]!r}; its options are {list(fields) or 'none'}")
-    for key, value in kwargs.items():  # JSON gives str, int, float, bool, list, dict, None: check the plain types
-        want = {"int": int, "float": (int, float), "str": str, "bool": bool}.get(str(fields[key].type))
-        if want and (not isinstance(value, want) or (want is int and isinstance(value, bool))):
-            raise ValueError(f"--task_args: {name}'s option {key!r} is {fields[key].type}, got {value!r}")
+    cli.check_options(cls, kwargs, "--task_args")  # each value of the option's type, however the module annotates
     return cls(**kwargs)
 
 

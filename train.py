@@ -105,6 +105,8 @@ class Config:
                           "problem/answer")
     eval_data: str = F("tiny", "held-out data evaluated before and after training ('' = none)")
     eval_limit: int = F(256, "held-out problems evaluated (0 = all)")
+    allow_heldout_overlap: bool = F(False, "train although held-out problems are training ones (same text), counting "
+                                           "them (heldout/trained_problems); false: refused at load")
     eval_k: int = F(4, "samples per held-out problem for avg@k / pass@k")
     eval_temperature: float = F(1.0, "held-out sampling temperature (paper 1.0)")
     eval_top_p: float = F(0.7, "held-out nucleus top_p (paper evaluation 0.7)")
@@ -201,6 +203,7 @@ class Config:
     save_every: int = F(0, "write a resumable checkpoint every N steps (0 = only at the end and on SIGINT/SIGTERM)")
     keep_checkpoints: int = F(2, "most recent checkpoints kept")
     resume: str = F("", "resume from a checkpoint directory, or 'latest' (RUN_DIR/checkpoints/latest)")
+    overwrite: bool = F(False, "a fresh run in a --run_dir that holds a run replaces it (else refused); never with --resume")
     resume_allow_config_change: bool = F(False, "resume even if the config differs from the checkpoint's")
     max_nonfinite_steps: int = F(3, "stop after this many rollout steps in a row whose every update was non-finite")
 
@@ -260,7 +263,7 @@ PRESETS: dict[str, dict] = {
 # Fields that may differ between a run and its resumption without changing what it computes.
 RESUME_FREE_FIELDS = {"steps", "max_seconds", "max_samples", "resume", "resume_allow_config_change", "run_dir", "log_every",
                       "threads", "save_every", "keep_checkpoints", "tensorboard", "wandb_project", "device", "vllm_sync_atol",
-                      "generator_weights", "generator_timeout_s", "vllm_gpu_memory_utilization"}
+                      "generator_weights", "generator_timeout_s", "vllm_gpu_memory_utilization", "overwrite"}
 
 
 def parse_config(argv: list[str] | None = None) -> Config:
@@ -310,12 +313,8 @@ def score_group(problem: Problem, prompt_ids: list[int], samples: list[Sample], 
                 gen_round: int = 0, gen_wall_s: float = 0.0, group_id: str = "") -> Group:
     """Correctness (+1/-1, the task's verdict) plus the soft overlong punishment (paper eq. 13)."""
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in samples]
-    scores = task.score(texts, problem, cfg)
-    r_correct = torch.tensor([s.reward for s in scores], dtype=torch.float32)  # (G,)
-    if not torch.isfinite(r_correct).all():  # the verifier gives +-1: a forked task's score is the likely source
-        i = int((~torch.isfinite(r_correct)).nonzero()[0])
-        raise ValueError(f"{type(task).__name__}.score gave reward {scores[i].reward} to response {i} of problem {problem.id} "
-                         "(rewards must be finite; the task's score is the likely source): make it return finite rewards")
+    scores = task.verdicts(texts, problem, cfg)  # the task's score, checked: one finite verdict per response
+    r_correct = torch.tensor([float(s.reward) for s in scores], dtype=torch.float32)  # (G,)
     lengths = torch.tensor([len(s.token_ids) for s in samples])  # (G,)
     if cfg.overlong_penalty:
         r_over = dapo.overlong_penalty(lengths, max_len=cfg.max_response_len, buffer_len=cfg.overlong_buffer,
@@ -581,6 +580,7 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     distributed.seed_everything(cfg.seed, cfg.threads, offload=cfg.cpu_offload)
     tokenizer = policy.load_tokenizer(cfg.model, trust_remote_code=cfg.trust_remote_code)
     data, held_out = load_data(cfg, task, tokenizer)  # before the model: bad data fails fast
+    runlog.claim_run_dir(cfg, dist)  # one run per directory; a fresh run never writes over another's files
     runlog.check_resume(cfg, dist)  # so does a damaged checkpoint
     rollout.resolve_engine(cfg.engine)  # so does --engine vllm without vLLM (a 32B model takes minutes to load)
     model = policy.load_model(cfg.model, device, trust_remote_code=cfg.trust_remote_code, world=dist.world, fsdp=cfg,
@@ -602,11 +602,15 @@ def train(cfg: Config, task: Task | None = None) -> dict:
     source = generator.make_source(cfg, task, model, engine, data, dist, run.start, resumed, collect_groups, Group)
     with run, source:  # the learner generates inline, or a generator process beside it (--max_policy_lag)
         for step in run.steps():
+            if run.stop_requested():  # SIGINT/SIGTERM before this step (during the held-out evaluation): none of it trained
+                return run.stop_before(step, model, optimizer, scheduler, source.state())
             stats, probe_records = {"step": step, "policy/lr": scheduler.get_last_lr()[0]}, []
             if held_out and cfg.probe_every and step % cfg.probe_every == 0:  # the fixed probe set, on held-out prompts
                 probe, probe_records = measure.probe(engine, tokenizer, held_out.head(cfg.probe_size), cfg, task, dist,
                                                      step, request_seed(cfg.seed, step, PROBE_ROUND, 0))
                 stats |= probe
+            if run.stop_requested(starting=True):  # ... or during its probe
+                return run.stop_before(step, model, optimizer, scheduler, source.state())
             # --- DAPO 1-3: G responses per prompt, scored (verdict + soft overlong punishment), groups with contrast kept
             if source.inline:  # the official loop: the learner samples with the weights it has just trained
                 rollouts = collect_groups(step, engine, source.stream, data, cfg, dist, tokenizer, task, source.buffer)
@@ -639,6 +643,8 @@ def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | No
     data = task.load(cfg.data, tokenizer, cfg, held_out=False, flag="--data")
     held_out = None if not cfg.eval_data else task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit,
                                                          flag="--eval_data")
+    if held_out is not None:  # held-out figures are about problems never trained on: compared by text, at load
+        ev.overlap.check_held_out(data, held_out, allow=cfg.allow_heldout_overlap)
     return data, held_out
 
 

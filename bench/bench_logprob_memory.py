@@ -42,6 +42,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -220,6 +221,7 @@ def run_step(args) -> None:
     for rep in range(args.repeats):
         for micro in STEP_MICRO:
             run_dir = scratch / f"run{micro}_{rep}"
+            shutil.rmtree(run_dir, ignore_errors=True)  # an earlier invocation's run: train.py refuses to write over it
             cmd = [sys.executable, "train.py", "--model", str(model_dir), "--run_dir", str(run_dir), *STEP_ARGS,
                    "--micro_batch_size", str(micro)]
             env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}

@@ -340,8 +340,8 @@ def run_one(row: str, seed: int, args, extra: list[str], opt_steps: int | None =
     print(f"[ladder] run   {row} seed {seed}: python train.py {' '.join(argv)}", flush=True)
     t0 = time.perf_counter()
     with open(run_dir / "train.log", "w") as log:
-        proc = subprocess.run([sys.executable, str(args.code_dir / "train.py"), *argv], cwd=REPO, env=env, stdout=log,
-                              stderr=subprocess.STDOUT)
+        proc = subprocess.run([sys.executable, str(args.code_dir / "train.py"), *argv, "--overwrite", "true"], cwd=REPO,
+                              env=env, stdout=log, stderr=subprocess.STDOUT)  # rerun: replaces an older run of the row
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         tail = (run_dir / "train.log").read_text()[-3000:]

@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,6 +89,16 @@ class AnswerLineConstraint:
     RESERVE = 9  # "\\n", "Answer", ":", " ", four digits, the end
 
     def __init__(self, tokenizer, stop_ids: list[int], max_new_tokens: int):
+        ids, digits = self.check(tokenizer, max_new_tokens)
+        self.nl, self.answer, self.colon, self.space, self.minus = (ids[p][0] for p in ("\n", "Answer", ":", " ", "-"))
+        self.digits = [d[0] for d in digits]
+        self.end = stop_ids[0]
+        self.stop_ids, self.max_new_tokens = list(stop_ids), max_new_tokens
+
+    @classmethod
+    def check(cls, tokenizer, max_new_tokens: int) -> tuple[dict, list]:
+        """Whether the constraint can work with this tokenizer and budget (`eval.py fixes` asks before any
+        generation); returns the pieces' token ids ({piece: [id]}, [[id] per digit]). Raises ValueError."""
         ids = {piece: tokenizer.encode(piece, add_special_tokens=False) for piece in ("\n", "Answer", ":", " ", "-")}
         digits = [tokenizer.encode(str(d), add_special_tokens=False) for d in range(10)]
         if any(len(v) != 1 for v in [*ids.values(), *digits]) or tokenizer.encode(
@@ -94,13 +106,10 @@ class AnswerLineConstraint:
                                                                                                              digits[2][0]]:
             raise ValueError("the schema constraint needs a tokenizer that writes '\\n', 'Answer', ':', ' ', '-' and each "
                              "digit as single tokens, and '\\nAnswer: 12' as those pieces")
-        if max_new_tokens < self.RESERVE:
-            raise ValueError(f"the schema constraint needs a response budget of at least {self.RESERVE} tokens, got "
+        if max_new_tokens < cls.RESERVE:
+            raise ValueError(f"the schema constraint needs a response budget of at least {cls.RESERVE} tokens, got "
                              f"{max_new_tokens}")
-        self.nl, self.answer, self.colon, self.space, self.minus = (ids[p][0] for p in ("\n", "Answer", ":", " ", "-"))
-        self.digits = [d[0] for d in digits]
-        self.end = stop_ids[0]
-        self.stop_ids, self.max_new_tokens = list(stop_ids), max_new_tokens
+        return ids, digits
 
     def allowed(self, generated: list[int]) -> list[int] | None:
         """The tokens allowed next after `generated` (None: any but the end tokens, whose mass moves to
@@ -172,7 +181,7 @@ class RetryEngine(rollout.Engine):
     def valid(self, sample) -> bool:
         text = self.tokenizer.decode(sample.token_ids, skip_special_tokens=True)
         stand_in = task_mod.Problem("format-check", [], "0")
-        return self.task.score([text], stand_in, self.cfg)[0].reason not in task_mod.FORMAT_ERRORS
+        return self.task.verdicts([text], stand_in, self.cfg)[0].reason not in task_mod.FORMAT_ERRORS
 
     def generate(self, prompts, params):
         out = self.inner.generate(prompts, params)  # [P][n]
@@ -231,13 +240,14 @@ def main(argv: list[str], *, presets: dict[str, dict]) -> dict:
     arms = {"prompt": base, "instruction": dataclasses.replace(base, instruction=CLEARER_INSTRUCTION),
             "one-shot": dataclasses.replace(base, few_shot="1"), "schema": base, "retry": base}
     data = {name: task.load(preset["data"], tokenizer, arms[name], held_out=True, limit=args.limit)
-            for name in ARMS if name == "prompt" or name in args.arms}
+            for name in ARMS if name == "prompt" or name in args.arms}  # the one-shot arm's example too
+    extra = preconditions(args, tokenizer, max_new, trained)  # every arm's, before the model loads and any generation
     model = policy.load_model(model_dir, torch.device("cpu"))
     engine = rollout.HFEngine(model, tokenizer, return_logprobs=False)
     params = rollout.SamplingParams(n=args.k, max_new_tokens=max_new, temperature=1.0, top_p=top_p, seed=args.seed)
     run = lambda eng, name, t: evaluate(eng, tokenizer, data[name], params, arms[name], t, n_boot=args.n_boot,  # noqa: E731
                                         keep_samples=True)
-    results, extra = {}, {}
+    results = {}
     for name in data:
         print(f"[fixes] arm {name}", flush=True)
         if name == "schema":
@@ -255,11 +265,36 @@ def main(argv: list[str], *, presets: dict[str, dict]) -> dict:
         print(f"[fixes] the RL policy {trained}", flush=True)
         rl_model = policy.load_model(str(trained), torch.device("cpu"))
         results["rl"] = run(rollout.HFEngine(rl_model, tokenizer, return_logprobs=False), "prompt", task)
-        extra["rl"] = {"model": str(trained), "training_cost": frontier.training_cost(str(trained))}
     out = build(results, extra, args, model_dir, max_new, top_p)
     write(out, Path(args.out))
     print(markdown(out))
     return out
+
+
+def preconditions(args, tokenizer, max_new: int, trained: Path | None) -> dict:
+    """What each arm needs, checked before any generation (a refusal after the arms before it would lose their work):
+    the output folder writable and matplotlib for fixes.png; the schema arm a tokenizer it can constrain and a budget
+    that holds its line (AnswerLineConstraint.check); the RL policy (--trained) the base model's vocabulary, and its
+    training cost readable. Returns the RL arm's extra figures ({} without --trained). Raises ValueError / OSError."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)  # a file in its place: FileExistsError, one line
+    if not os.access(out, os.W_OK):
+        raise PermissionError(f"--out {out}: the folder is not writable, so fixes.json could not be written")
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ValueError("eval.py fixes draws fixes.png with matplotlib, which is not installed: pip install matplotlib")
+    if "schema" in args.arms:
+        try:
+            AnswerLineConstraint.check(tokenizer, max_new)
+        except ValueError as e:
+            raise ValueError(f"eval.py fixes, the schema arm: {e}; pass --max_new_tokens >= {AnswerLineConstraint.RESERVE} "
+                             "and a model whose tokenizer fits, or --arms without schema") from None
+    if trained is None:
+        return {}
+    has_own = any((trained / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+    if has_own and policy.load_tokenizer(str(trained)).get_vocab() != tokenizer.get_vocab():
+        raise ValueError(f"--trained {trained}: its tokenizer is not the base model's, which the RL arm decodes its answers "
+                         "with: pass a run trained from that model (--model, or the preset's)")
+    return {"rl": {"model": str(trained), "training_cost": frontier.training_cost(str(trained))}}
 
 
 def _trained_dir(spec: str) -> Path:

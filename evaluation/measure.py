@@ -30,7 +30,7 @@ from plumbing.policy import repo_commit
 def _score(problem, group, tokenizer, cfg, task: Task) -> tuple[list[str], list]:
     """(decoded responses, their verdicts): the task's reward call, as in training."""
     texts = [tokenizer.decode(s.token_ids, skip_special_tokens=True) for s in group]
-    return texts, task.score(texts, problem, cfg)
+    return texts, task.verdicts(texts, problem, cfg)
 
 
 def same_answer(mode: str):
@@ -184,8 +184,10 @@ def held_out(engine, tokenizer, data, cfg, task, dist: Dist, tag: str) -> dict:
     res = evaluate(engine, tokenizer, data, params, cfg, task, dist=dist)
     out = {f"heldout/{k}": v for k, v in res["metrics"].items()}
     out["heldout/n_problems"], out["heldout/k"] = len(data), cfg.eval_k
+    out["heldout/trained_problems"] = trained = data.info.get("trained_problems", 0)  # --allow_heldout_overlap
     if dist.main:
-        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float)), flush=True)
+        print(f"[held-out {tag}] " + " ".join(f"{k}={v:.3f}" for k, v in out.items() if isinstance(v, float))
+              + (f" ({trained} of these {len(data)} problems were trained on)" if trained else ""), flush=True)
     return out
 
 

@@ -7,10 +7,15 @@ Plumbing a learner may skip (plumbing/runlog.py calls it). A checkpoint RUN_DIR/
     trainer_state.json        counters, data position, staleness buffer, RNG states, scheduler, config
     checksums.json            the size and sha256 of every other file, written last
 
-and RUN_DIR/checkpoints/latest names the newest. Everything is written into step_N.tmp, which is
-renamed into place only once complete, so a crash at any point leaves `latest` naming a complete
-checkpoint. A write that fails (a full disk: DCP wraps the storage error in a CheckpointException,
-a BaseException) removes the partial directory and stops the run with one line naming the disk's
+and RUN_DIR/checkpoints/latest names the newest. A tied tensor (the output head of SmolLM2 and of
+the tiny model is their input embedding: loading.tied_names) is stored once, under its first
+name, and restored under both, still one tensor (a checkpoint that stored it twice reads the
+first copy). An optimizer that has taken no step yet is saved as such and restored fresh
+(torch.distributed.checkpoint's get_state_dict initialises its state by a step at lr 0, which
+would count as AdamW's first). Everything is written into step_N.tmp, which is renamed into
+place only once complete, so a crash at any point leaves `latest` naming a complete checkpoint.
+A write that fails (a full disk: DCP wraps the storage error in a CheckpointException, a
+BaseException) removes the partial directory and stops the run with one line naming the disk's
 free space and the checkpoint `--resume latest` continues from.
 
 Before a resume every file is checked against checksums.json (the sha256 of a rank's share of the
@@ -41,6 +46,7 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 import verifier
 from plumbing.cli import RunStopped
 from plumbing.distributed import Dist, all_gather_objects, broadcast_object, first_failure
+from plumbing.loading import tied_names
 from rollout import Sample
 from task import Problem
 
@@ -70,7 +76,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     final, tmp = root / f"step_{step:06d}", root / f"step_{step:06d}.tmp"
     failure = first_failure(_on_main(dist, lambda: _fresh_dir(tmp)), dist)
     if failure is None:
+        fresh = not optimizer.state  # no optimizer step yet (a stop before the first step): get_state_dict makes one up
         model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd = {k: v for k, v in model_sd.items() if k not in tied_names(model)}  # a tied tensor once
         try:
             with warnings.catch_warnings():  # one process: DCP warns that it assumes a single process, which is right
                 warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -81,7 +89,9 @@ def save_checkpoint(run_dir: Path, step: int, model, optimizer, scheduler, state
     if failure is None:  # each rank hashes its share of the files (the page cache still holds its own)
         names = broadcast_object(sorted(p.name for p in tmp.iterdir()) if dist.main else None, dist)
         shares = all_gather_objects(_digests(tmp, names[dist.rank :: dist.world]), dist)
-        trainer = _trainer_state(state, step, config, dist, scheduler) if dist.main else None
+        if fresh:  # torch's _init_optim_state took a step at lr 0 (AdamW's step count 1, zero moments): undone
+            optimizer.state.clear()
+        trainer = _trainer_state({**state, "optimizer_fresh": fresh}, step, config, dist, scheduler) if dist.main else None
         failure = first_failure(_on_main(dist, lambda: _publish(root, tmp, final, trainer, shares, keep)), dist)
     if failure is not None:
         if dist.main:
@@ -138,6 +148,37 @@ def final_failure(root: Path, final: Path, cause: str) -> str:
             "(it trains no further step and writes final/)") if latest else "free space on that disk and run it again"
     free = _size(shutil.disk_usage(final.parent).free)
     return f"could not write the trained model to {final} ({cause}); the disk has {free} free. {then}"
+
+
+def unfinished_model(path: Path) -> str | None:
+    """Why `path`, a run directory or its final/, holds no complete trained model, naming the checkpoint that holds
+    the weights (eval.py's refusal); None when it holds one, or is no run's directory.
+
+    final/dapo_run.json is written last (policy.save_hf), so a final/ without it is a write that stopped (a full
+    disk: final_failure); a run directory without final/ is a run that has not finished.
+    """
+    path = Path(path)
+    if path.name == "final" and _is_run(path.parent):
+        run, final = path.parent, path
+    elif _is_run(path):
+        run, final = path, path / "final"
+    else:
+        return None
+    if (final / "dapo_run.json").is_file():
+        return None
+    latest = _latest(run / "checkpoints")
+    what = (f"{final} is incomplete: it lacks dapo_run.json, which is written last, so writing it stopped (as on a full "
+            "disk)") if final.is_dir() else f"{run} holds a run without {final.name}/ (it has not finished)"
+    then = (f"{latest} (step {int(latest.name[5:])}) holds the run's last weights: "
+            + ("free space on that disk, then " if final.is_dir() else "") + "run the training command again with "
+            "--resume latest, which trains the steps left (none if the run had finished) and writes final/"
+            ) if latest else f"{run / 'checkpoints'} holds no checkpoint of its weights either"
+    return f"{what}; {then}"
+
+
+def _is_run(path: Path) -> bool:
+    """A train.py run directory: its metrics or its checkpoints are there."""
+    return (path / "metrics.jsonl").is_file() or (path / "checkpoints").is_dir()
 
 
 # --- checking and reading ----------------------------------------------------------------------------
@@ -289,14 +330,18 @@ def load_checkpoint(path: Path, model, optimizer, scheduler, config: dict, defau
         raise ValueError(f"config differs from the checkpoint {path} in {diff} (saved, now). Resume with the same "
                          "settings, or pass --resume_allow_config_change true")
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    sd = {"model": model_sd, "optim": optim_sd}
+    tied = tied_names(model)
+    sd = {"model": {k: v for k, v in model_sd.items() if k not in tied}, "optim": optim_sd}
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(sd, checkpoint_id=str(path))
+            dcp.load(sd, checkpoint_id=str(path))  # a checkpoint that stored a tied tensor twice: its first name is read
     except CheckpointException as e:
         raise CheckpointDamaged(f"checkpoint {path} cannot be read ({_cause(e)}). {_instead(path)}") from None
+    sd["model"] |= {alias: sd["model"][name] for alias, name in tied.items() if name in sd["model"]}  # one tensor, two names
     set_state_dict(model, optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+    if trainer.get("optimizer_fresh"):  # saved before any optimizer step: fresh again, as the uninterrupted run's
+        optimizer.state.clear()
     scheduler.load_state_dict(trainer["scheduler"])
     rng = trainer["rng"]
     random.setstate(_tuplify(rng["python"]))

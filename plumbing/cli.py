@@ -13,6 +13,8 @@ import dataclasses
 import math
 import os
 import sys
+import types
+import typing
 
 import torch
 
@@ -72,13 +74,15 @@ def run_cli(main, argv: list[str] | None = None) -> int:
     `main(argv)` raises ValueError or OSError (FileNotFoundError, ...) with a message that names the
     input and the fix, or RunStopped; that message is printed as `error: <message>` on stderr,
     without a traceback, and the exit status is 2. DAPO_DEBUG=1 re-raises instead, for the full
-    traceback. A second Ctrl-C (the first one finishes the step in flight) exits with 130. Any
-    other exception is a bug and keeps its traceback. Returns the exit status (0 on success).
+    traceback, and so does an exception marked `keep_traceback` (raised by a task's own `score`:
+    task.Task.verdicts names the problem on the line above it). A second Ctrl-C (the first one
+    finishes the step in flight) exits with 130. Any other exception is a bug and keeps its
+    traceback. Returns the exit status (0 on success).
     """
     try:
         main(argv)
     except (ValueError, OSError, RunStopped) as e:
-        if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+        if os.environ.get(DEBUG_ENV, "") not in ("", "0") or getattr(e, "keep_traceback", False):
             raise
         print(f"error: {' '.join(str(e).split()) or type(e).__name__}", file=sys.stderr)
         return 2
@@ -227,6 +231,79 @@ def _config_rules(c, world: int, engine: str):
     yield (c.probe_every < 0, f"--probe_every must be >= 0 (0 = off), got {c.probe_every}")
     yield (c.probe_every > 0 and c.probe_size < 1,
           f"--probe_size must be >= 1 while --probe_every is on, got {c.probe_size}: raise it or pass --probe_every 0")
+    yield (c.overwrite and bool(c.resume), f"--overwrite true replaces the run in --run_dir and --resume {c.resume} "
+           "continues it: pass one of them")
     yield (c.save_every < 0, f"--save_every must be >= 0 (0 = only at the end), got {c.save_every}")
     yield (c.keep_checkpoints < 1, f"--keep_checkpoints must be >= 1, got {c.keep_checkpoints}")
     yield (c.max_nonfinite_steps < 1, f"--max_nonfinite_steps must be >= 1, got {c.max_nonfinite_steps}")
+
+
+# --- the options of a dataclass given as JSON (--task_args) --------------------------------------------
+
+
+def check_options(cls, values: dict, flag: str) -> None:
+    """Refuse a value of the wrong type for a field of the dataclass `cls` (values: {field: JSON value}; unknown
+    fields are the caller's to refuse). Each field's type is its annotation resolved (`option_types`), so the
+    check is the same whether or not the class's module has `from __future__ import annotations`.
+
+    Raises ValueError: `{flag}: {Class}'s option 'x' is int, got 'a'`.
+    """
+    hints = option_types(cls)
+    for key, value in values.items():  # JSON gives str, int, float, bool, list, dict, None
+        if key in hints and _accepts(hints[key], value) is False:
+            raise ValueError(f"{flag}: {cls.__name__}'s option {key!r} is {_type_name(hints[key])}, got {value!r}")
+
+
+def option_types(cls) -> dict:
+    """{field: type} of a task dataclass, its annotations resolved to types (typing.get_type_hints) whether or not its
+    module has `from __future__ import annotations` (which leaves them as text). Where one field's text cannot be
+    resolved (a name imported only for type checkers), each field is resolved alone and that one keeps its text."""
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # NameError, or anything a bad annotation raises: field by field, in the class's module
+        out = {}
+        for f in dataclasses.fields(cls):
+            one = type("_Option", (), {"__annotations__": {f.name: f.type}, "__module__": cls.__module__})
+            try:
+                out[f.name] = typing.get_type_hints(one)[f.name]
+            except Exception:
+                out[f.name] = f.type
+        return out
+
+
+def _accepts(tp, value) -> bool | None:
+    """Whether the JSON value `value` is of type `tp` (None: a type this cannot check, accepted)."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is typing.Any or tp is object:
+        return True
+    if tp is type(None):
+        return value is None
+    if origin in (typing.Union, types.UnionType):
+        verdicts = [_accepts(a, value) for a in args]
+        return True if True in verdicts else (None if None in verdicts else False)
+    if origin is typing.Literal:
+        return value in args
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    container = origin or tp
+    if container in (list, tuple, set, frozenset):  # JSON has lists only
+        if not isinstance(value, list):
+            return False
+        inner = [a for a in args if a is not Ellipsis]
+        if len(inner) == 1 or (container is not tuple and inner):
+            verdicts = [_accepts(inner[0], v) for v in value]
+            return False if False in verdicts else True
+        return True
+    if container is dict:
+        return isinstance(value, dict)
+    return None
+
+
+def _type_name(tp) -> str:
+    return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp).replace("typing.", "")

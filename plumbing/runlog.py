@@ -9,18 +9,23 @@ Plumbing a learner may skip on first reading (with plumbing/policy.py). What a r
     probe_rollouts.jsonl   the fixed probe set's rollouts
     checkpoints/           resumable checkpoints (plumbing/checkpoints.py: atomic, checksummed; `latest` names the newest)
     final/                 the trained model in HF format, with dapo_run.json (what eval.py reads)
-    summary.json           held-out before and after, the run's duration
+    summary.json           held-out before and after, the run's duration, the prompts --prompt_truncation left cut
     tb/                    TensorBoard events (--tensorboard true)
+    run.lock               held (flock) by the run using the directory, naming it (`claim_run_dir`)
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import fcntl
 import json
 import math
+import os
 import resource
+import shutil
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -35,7 +40,8 @@ import verifier
 from rollout import RolloutWriter
 from plumbing import checkpoints
 from plumbing.cli import RunStopped
-from plumbing.distributed import Dist, all_gather_objects, all_reduce_max, close_distributed, first_failure
+from plumbing.distributed import (Dist, all_gather_objects, all_reduce_max, broadcast_object, close_distributed,
+                                  first_failure)
 from plumbing.policy import save_hf
 from task import FORMAT_ERRORS
 
@@ -200,7 +206,10 @@ def degenerate(tokens: list[int], min_len: int, share: float) -> bool:
 
 
 class StopSignal:
-    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly.
+    """SIGINT/SIGTERM: finish the step in flight, write a checkpoint, exit cleanly. A stop that comes
+    before a step has started (the held-out evaluation before the first step, the probe at a step's
+    start) ends the run before that step: what is in flight (an evaluation) finishes, no update is
+    trained (Run.stop_before). Before the Run exists (loading), Ctrl-C is Python's KeyboardInterrupt.
 
     A second SIGINT (Ctrl-C twice) stops at once. A repeated SIGTERM does not: under torchrun
     the same stop arrives twice (a scheduler signals every process of the job, and torchrun
@@ -209,7 +218,7 @@ class StopSignal:
     """
 
     def __init__(self):
-        self.hit = False
+        self.hit, self.in_step = False, False  # in_step: a step's generation or update is in flight
         self._old = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
 
     def _handle(self, signum, frame):
@@ -218,7 +227,9 @@ class StopSignal:
                 raise KeyboardInterrupt
             return
         self.hit = True
-        print(f"\n[signal {signum}] finishing the step in flight, then checkpoint and exit", file=sys.stderr, flush=True)
+        then = ("finishing the step in flight" if self.in_step else
+                "stopping before the next step (an evaluation in flight finishes first; no update is trained)")
+        print(f"\n[signal {signum}] {then}, then checkpoint and exit", file=sys.stderr, flush=True)
 
     def restore(self):
         for sig, old in self._old.items():
@@ -310,7 +321,7 @@ class Run:
                  max_prompt_len: int, state: dict):
         self.cfg, self.dist, self.device, self.run_id, self.start, self.log = cfg, dist, device, run_id, start, log
         self.prov, self.engine, self.tokenizer, self.max_prompt_len = prov, engine, tokenizer, max_prompt_len
-        self.state = state
+        self.state, self.prompts_cut = state, {}
         self.signal, self.interrupted, self.out_of_time = StopSignal(), False, False
         self.t_run = self.t_step = time.perf_counter()
         self.after_load = load_memory(device, engine)  # model, optimizer, engine and a resumed checkpoint are in memory
@@ -326,6 +337,7 @@ class Run:
         train.train, a test runner's pool workers forked from it included."""
         if exc_type is not None:
             self.signal.restore()
+            release_run_dir(Path(self.cfg.run_dir))
 
     def steps(self):
         """Rollout step indices start..steps-1, with a progress bar; ends early on the time budget."""
@@ -381,6 +393,7 @@ class Run:
             print(f"[warning] step {step}: {stats['rollout/degenerate_frac']:.0%} of rollouts repeat one token: "
                   "the weights may be broken", file=sys.stderr, flush=True)
         self.interrupted = all_reduce_max(float(self.signal.hit), self.dist) > 0
+        self.signal.in_step = False  # from here until the next step's generation, a stop comes before a step
         self.state["samples_generated"] = self.state.get("samples_generated", 0) + stats["envelope/samples_generated"]
         over = (cfg.max_seconds > 0 and time.perf_counter() - self.t_run >= cfg.max_seconds) or (
             cfg.max_samples > 0 and self.state["samples_generated"] >= cfg.max_samples)
@@ -408,10 +421,35 @@ class Run:
         """After SIGINT/SIGTERM: the checkpoint is written; release everything and return."""
         if self.dist.main:
             print(f"[signal] checkpoint written after step {step}; resume with --resume latest", flush=True)
+        return self._close({"run_id": self.run_id, "interrupted_after_step": step})
+
+    def stop_requested(self, starting: bool = False) -> bool:
+        """Whether SIGINT/SIGTERM came before the step about to start (during the held-out evaluation, or the
+        probe at its start); a collective, so every rank stops at the same point. starting: the step's
+        generation begins next when this is False (the signal's message then says the step is in flight)."""
+        hit = all_reduce_max(float(self.signal.hit), self.dist) > 0
+        self.signal.in_step = starting and not hit
+        return hit
+
+    def stop_before(self, step: int, model, optimizer, scheduler, source_state: dict) -> dict:
+        """End the run before `step`, training nothing of it: a checkpoint after `step` rollout steps (the weights
+        as they are, with what was done before, the held-out evaluation's "before" figures) unless `latest` is
+        that one already (a resumed run stopped before its first step), then release everything."""
+        root = Path(self.cfg.run_dir) / "checkpoints"
+        name = f"step_{step:06d}"
+        latest = (root / "latest").read_text().strip() if self.dist.main and (root / "latest").is_file() else None
+        if broadcast_object(latest, self.dist) != name:
+            self.save_checkpoint(step, model, optimizer, scheduler, source_state)
+        if self.dist.main:
+            print(f"[signal] stopped before step {step}: no update of it was trained; {root / name} holds the run so far; "
+                  "resume with --resume latest", flush=True)
+        return self._close({"run_id": self.run_id, "interrupted_before_step": step})
+
+    def _close(self, out: dict) -> dict:
         self.signal.restore()
         self.log.close()
         self.release()
-        return {"run_id": self.run_id, "interrupted_after_step": step}
+        return out
 
     def release(self) -> None:
         """The engine, then the process group, after the run's last collective. The order matters
@@ -419,6 +457,7 @@ class Run:
         the trainer's default group still alive (vllm_engine.VLLMEngine.close keeps it)."""
         self.engine.close()
         close_distributed(self.dist)
+        release_run_dir(Path(self.cfg.run_dir))
 
     def finish(self, model, tokenizer, before: dict, after: dict) -> dict:
         """The trained model in HF format (RUN_DIR/final), summary.json, the before/after line."""
@@ -427,6 +466,8 @@ class Run:
         self.log.scalars(after, cfg.steps)
         summary = {"run_id": self.run_id, "steps": cfg.steps, "seconds": round(time.perf_counter() - self.t_run, 1), **before,
                    **{k.replace("heldout/", "heldout_after/"): v for k, v in after.items()}}
+        if self.prompts_cut:  # --prompt_truncation left: how many prompts lost the start of their text, the first ids
+            summary["prompts_cut"] = self.prompts_cut
         failure = None
         self.engine.sleep()  # colocated vLLM gives the GPU back while rank 0 gathers the whole model (no-op otherwise)
         try:
@@ -437,6 +478,7 @@ class Run:
             failure = str(e)
         failure = first_failure(failure, self.dist)  # rank 0 writes: every rank stops with it
         if failure:
+            release_run_dir(run_dir)  # the run ends here: a resume may take the directory (in this process too)
             raise RunStopped(checkpoints.final_failure(run_dir / "checkpoints", run_dir / "final", failure))
         memory, summary["memory_per_rank"] = memory_metrics(self.after_load, self.device, self.dist)  # final/ included
         summary |= memory
@@ -444,12 +486,110 @@ class Run:
             (run_dir / "summary.json").write_text(json.dumps(clean(summary), indent=2) + "\n")
             if before and after:
                 k = f"avg@{cfg.eval_k}"
+                trained = after.get("heldout/trained_problems", 0)
                 print(f"held-out {k}: before {before[f'heldout/{k}']:.3f} -> after {after[f'heldout/{k}']:.3f} "
                       f"({after['heldout/n_problems']} problems, {cfg.eval_k} samples each, T={cfg.eval_temperature}, "
-                      f"top_p={cfg.eval_top_p})")
+                      f"top_p={cfg.eval_top_p}" + (f"; {trained} of them were trained on" if trained else "") + ")")
         self.log.close()
         self.release()
         return summary
+
+
+# --- the run directory: one run at a time, never over another run's files ----------------------------------
+
+LOCK = "run.lock"  # held (flock) by the run using the directory; it names its owner
+RUN_FILES = ("config.json", *RunLog.FILES, "summary.json", "checkpoints", "final", "tb")  # what a run writes there
+_HELD: dict[str, object] = {}  # lock file: its open file, for the run's life (this process's runs)
+
+
+def claim_run_dir(cfg, dist: Dist) -> None:
+    """Hold --run_dir for this run, and refuse to write over another run's files; a collective (rank 0 does it).
+
+    The hold is an exclusive flock on RUN_DIR/run.lock, kept until the run ends. The kernel drops it
+    when the process ends, however it ends (SIGKILL, a crash, a lost node), so a run that died leaves
+    nothing to clean up; a pid file would need a liveness check instead, wrong across the hosts of a
+    shared filesystem and after the pid is reused. The file holds the owner's pid, host and start
+    time, which the refusal names. (A filesystem without locks gets a warning and no hold.)
+
+    Unless --resume: a directory holding a run's files (RUN_FILES; other files do not count) is
+    refused with one line saying what it holds and whether --resume latest continues it;
+    --overwrite true replaces it (`start` removes those files when the run's own are first written).
+
+    Raises RunStopped (on every rank).
+    """
+    failure = _claim(Path(cfg.run_dir), cfg) if dist.main else None
+    failure = first_failure(failure, dist)
+    if failure:
+        raise RunStopped(failure)
+
+
+def _claim(run_dir: Path, cfg) -> str | None:
+    release_run_dir(run_dir)  # held still by a run of this process that ended by an exception
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        f = open(run_dir / LOCK, "a+")
+    except OSError as e:
+        return f"--run_dir {run_dir}: cannot write there ({e})"
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        owner = f.read().strip() or "it has not written its name yet"
+        f.close()
+        return (f"--run_dir {run_dir} is in use by another run ({owner}; {run_dir / LOCK}): wait for it to end, or pass "
+                "another --run_dir")
+    except OSError as e:  # ENOLCK, EOPNOTSUPP: a filesystem without locks
+        print(f"[warning] --run_dir {run_dir}: cannot lock {LOCK} ({e}); a second run in this directory would not be "
+              "refused", file=sys.stderr, flush=True)
+    f.seek(0)
+    f.truncate()
+    f.write(f"pid {os.getpid()} on {socket.gethostname()}, started "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC\n")
+    f.flush()
+    _HELD[str(run_dir.resolve() / LOCK)] = f
+    found = [n for n in RUN_FILES if (run_dir / n).exists()]
+    if cfg.resume or cfg.overwrite or not found:
+        return None
+    release_run_dir(run_dir)
+    return _occupied(run_dir, found)
+
+
+def _occupied(run_dir: Path, found: list[str]) -> str:
+    """The refusal of a fresh run in a directory that holds a run: what it holds, and which flag continues or replaces it."""
+    try:
+        ckpt = checkpoints.find_checkpoint(run_dir, "latest")
+    except FileNotFoundError:
+        ckpt = None
+    step = f"step {int(ckpt.name[5:])}" if ckpt and ckpt.name[5:].isdigit() else "its last step"
+    head = f"--run_dir {run_dir} holds "
+    if (run_dir / "summary.json").is_file() or (run_dir / "final" / "dapo_run.json").is_file():
+        more = f", --resume latest with a larger --steps to train it further from {ckpt}" if ckpt else ""
+        return (f"{head}a finished run ({', '.join(found)}), which a fresh run would write over. Pass another --run_dir"
+                f"{more}, or --overwrite true to replace it")
+    if ckpt:
+        return (f"{head}a run that stopped after {step} ({ckpt}), which a fresh run would write over. Pass --resume latest "
+                "to continue it, --overwrite true to replace it, or another --run_dir")
+    return (f"{head}the files of a run that wrote no checkpoint ({', '.join(found)}), which a fresh run would write over. "
+            "Pass --overwrite true to replace them, or another --run_dir")
+
+
+def release_run_dir(run_dir: Path) -> None:
+    """Let go of --run_dir (closing the lock file drops the flock); nothing when this process does not hold it."""
+    f = _HELD.pop(str(Path(run_dir).resolve() / LOCK), None)
+    if f is not None:
+        f.close()
+
+
+def _remove_run_files(run_dir: Path) -> None:
+    """--overwrite true: the earlier run's files (RUN_FILES) go, nothing else of the directory."""
+    gone = [n for n in RUN_FILES if (run_dir / n).exists()]
+    for name in gone:
+        if (run_dir / name).is_dir():
+            shutil.rmtree(run_dir / name)
+        else:
+            (run_dir / name).unlink()
+    if gone:
+        print(f"[run] --overwrite true: removed the earlier run's {', '.join(gone)} from {run_dir}", flush=True)
 
 
 def check_resume(cfg, dist: Dist) -> None:
@@ -487,6 +627,8 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
     meta = {"run_id": run_id, "config": dataclasses.asdict(cfg), "verifier_version": verifier.VERSION,
             "dataset": data.name, "dataset_hash": data.hash, "n_problems": len(data), "template_hash": template_hash,
             "world_size": dist.world, "torch": torch.__version__, "engine": f"{engine.name} {engine.version}"}
+    if cfg.overwrite and dist.main:  # claim_run_dir let this fresh run replace the one in the directory
+        _remove_run_files(run_dir)
     log = RunLog(run_dir, meta, dist, start=start_step, tensorboard=cfg.tensorboard, wandb_project=cfg.wandb_project)
     if dist.main:
         print(json.dumps(meta["config"]), flush=True)
@@ -496,5 +638,7 @@ def start(cfg, defaults, free_fields: set, model, optimizer, scheduler, engine, 
             print(plan_line(cfg), flush=True)
     run = Run(cfg, dist, device, run_id, start_step, log, prov, engine, tokenizer, max(map(len, data.prompt_ids)),
               resumed["state"] if resumed else {"nonfinite_in_a_row": 0})
+    run.prompts_cut = {flag: {"count": d.info["prompts_cut"], "first": d.info.get("prompts_cut_first", [])}
+                       for flag, d in (("data", data), ("eval_data", held_out)) if d and d.info.get("prompts_cut")}
     return run, resumed
 

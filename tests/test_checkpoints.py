@@ -13,7 +13,11 @@ Faults provoked at their bad moment, each ending in one `error:` line and exit s
    and the previous complete checkpoint: a truncated, missing or altered (same size) shard, a
    missing .metadata, a truncated trainer_state.json, a damaged checksums.json, and the same
    without checksums (a checkpoint written before they existed). Resuming from the named one works.
-4. A truncated or missing final/model.safetensors given to eval.py names the file.
+4. A truncated or missing final/model.safetensors given to eval.py names the file; a final/ cut
+   short before its dapo_run.json (written last), or a run without final/, is named as such with
+   the checkpoint that holds the weights.
+5. A tied tensor (the tiny model's output head is its input embedding, as SmolLM2's) is stored
+   once in a checkpoint and restored tied; a checkpoint that stored it twice still loads, tied.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_checkpoints.py
 """
@@ -21,6 +25,7 @@ Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_checkpoints.py
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import json
 import os
@@ -28,14 +33,18 @@ import resource
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed.checkpoint as dcp
 import torch.distributed.checkpoint.filesystem as dcp_fs
 
 import eval as ev
 import train
-from plumbing import cli
+from plumbing import checkpoints, cli, policy
+from plumbing.distributed import Dist
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--eval_data", "", "--probe_every", "0", "--group_size", "4", "--prompts_per_step", "4",
@@ -180,14 +189,14 @@ def _old(damage):
 
 
 DAMAGE = {  # name: (damage of step_000002, the broken file, what the line says about it)
-    "truncated-shard": (lambda d: _truncate(d / "__0_0.distcp"), "__0_0.distcp", r"has \d+ bytes, 15139274 were written"),
+    "truncated-shard": (lambda d: _truncate(d / "__0_0.distcp"), "__0_0.distcp", r"has \d+ bytes, 15074721 were written"),
     "missing-shard": (lambda d: (d / "__0_0.distcp").unlink(), "__0_0.distcp", "is missing"),
     "flipped-byte": (lambda d: _flip(d / "__0_0.distcp"), "__0_0.distcp", "does not match its sha256 in checksums.json"),
     "missing-metadata": (lambda d: (d / ".metadata").unlink(), ".metadata", "is missing"),
     "truncated-trainer-state": (lambda d: _truncate(d / "trainer_state.json"), "trainer_state.json", r"has \d+ bytes, \d+ were"),
     "damaged-checksums": (lambda d: _truncate(d / "checksums.json"), "checksums.json", "is not the list of checksums"),
     "old-truncated-shard": (_old(lambda d: _truncate(d / "__0_0.distcp")), "__0_0.distcp",
-                            r"has \d+ bytes, but .metadata places data up to byte 15139274 \(truncated\)"),
+                            r"has \d+ bytes, but .metadata places data up to byte 15074721 \(truncated\)"),
     "old-missing-metadata": (_old(lambda d: (d / ".metadata").unlink()), ".metadata", "is missing"),
     "old-truncated-trainer-state": (_old(lambda d: _truncate(d / "trainer_state.json")), "trainer_state.json",
                                     "is not valid JSON"),
@@ -253,6 +262,62 @@ def test_a_damaged_final_model_given_to_eval_names_the_file(run_copy, capsys, ki
         assert lines[0].startswith(f"error: weights file {run_copy / 'final' / 'model-00002-of-00002.safetensors'} is "
                                    "missing"), lines[0]
     assert "--resume latest, which writes final/ from its last checkpoint" in lines[0]
+
+
+@pytest.mark.parametrize("how", ["cut-short", "not-written"])
+def test_a_final_model_cut_short_or_missing_is_named_with_the_checkpoint_that_holds_the_weights(run_copy, capsys, how):
+    final = run_copy / "final"
+    if how == "cut-short":  # a full disk while final/ was written: its weights half there, dapo_run.json (last) never
+        (final / "dapo_run.json").unlink()
+        _truncate(final / "model.safetensors", 0.4)
+        what = (f"{final} is incomplete: it lacks dapo_run.json, which is written last, so writing it stopped (as on a "
+                "full disk)")
+    else:
+        shutil.rmtree(final)
+        what = f"{run_copy} holds a run without final/ (it has not finished)"
+    then = (f"{run_copy / 'checkpoints' / STEP2} (step 2) holds the run's last weights: "
+            + ("free space on that disk, then " if how == "cut-short" else "") + "run the training command again with "
+            "--resume latest, which trains the steps left (none if the run had finished) and writes final/")
+    for spec in (run_copy, final):
+        code, lines = _run(["--model", str(spec), "--data", "tiny", "--k", "1", "--limit", "2"], capsys, ev.main)
+        assert code == 2 and lines == [f"error: --model {spec}: {what}; {then}"], lines
+
+
+def _fresh_model_and_optimizer():
+    model, _ = policy.load_policy("", torch.device("cpu"))
+    optimizer, scheduler = policy.make_optimizer(model, train.Config())
+    return model, optimizer, scheduler
+
+
+def _load(ckpt):
+    model, optimizer, scheduler = _fresh_model_and_optimizer()
+    config = json.loads((ckpt / "trainer_state.json").read_text())["config"]
+    checkpoints.load_checkpoint(ckpt, model, optimizer, scheduler, config, dataclasses.asdict(train.Config()),
+                                train.RESUME_FREE_FIELDS, False)
+    return model
+
+
+def test_a_tied_embedding_is_stored_once_and_restored_tied(two_checkpoints, tmp_path, monkeypatch):
+    ckpt = two_checkpoints / "checkpoints" / STEP2
+    stored = dcp.FileSystemReader(str(ckpt)).read_metadata().state_dict_metadata
+    assert "model.model.embed_tokens.weight" in stored and "model.lm_head.weight" not in stored
+    model = _load(ckpt)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # one tensor, as before the checkpoint
+    sd = {"model.embed_tokens.weight": torch.empty_like(model.model.embed_tokens.weight)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load({"model": sd}, checkpoint_id=str(ckpt))
+    assert torch.equal(model.lm_head.weight, sd["model.embed_tokens.weight"])
+    # a checkpoint that stored it twice (before this mend) still loads, tied, from its first copy
+    monkeypatch.setattr(checkpoints, "tied_names", lambda m: {})
+    old_model, optimizer, scheduler = _fresh_model_and_optimizer()
+    old = checkpoints.save_checkpoint(tmp_path / "old", 1, old_model, optimizer, scheduler, {},
+                                      dataclasses.asdict(train.Config()), Dist(), keep=1)
+    assert "model.lm_head.weight" in dcp.FileSystemReader(str(old)).read_metadata().state_dict_metadata
+    monkeypatch.undo()
+    model = _load(old)
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    assert torch.equal(model.lm_head.weight, old_model.lm_head.weight)
 
 
 _RANKS_SCRIPT = """

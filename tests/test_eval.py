@@ -408,6 +408,7 @@ EVAL_REFUSED = [  # (argv, the start of the one error line): one row per rule of
     (["--temperature", "inf"], "--temperature must be >= 0"),
     (["--max_new_tokens", "-1"], "--max_new_tokens must be >= 0"),
     (["--max_prompt_len", "-1"], "--max_prompt_len must be >= 0"),
+    (["--prompt_truncation", "right"], "--prompt_truncation must be error, left or skip ('' = the checkpoint's)"),
     (["--instruction", "chat"], "--instruction must be dapo, none or a template holding {problem}"),
     (["--verifier", "loose"], "--verifier must be one of"),
     (["--seed", "-1"], "--seed must be >= 0"),

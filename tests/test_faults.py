@@ -536,6 +536,8 @@ REFUSED = [
     (["--probe_size", "0"], "--probe_size must be >= 1 while --probe_every is on"),
     (["--save_every", "-1"], "--save_every must be >= 0"),
     (["--keep_checkpoints", "0"], "--keep_checkpoints must be >= 1"),
+    (["--overwrite", "true", "--resume", "latest"], "--overwrite true replaces the run in --run_dir and --resume latest "
+     "continues it: pass one of them"),
     (["--max_nonfinite_steps", "0"], "--max_nonfinite_steps must be >= 1"),
     (["--vllm_gpu_memory_utilization", "1.5"], "--vllm_gpu_memory_utilization must be in [0, 1]"),
     (["--device", "tpu"], "--device must be auto, cpu or cuda"),

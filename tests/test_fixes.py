@@ -7,6 +7,9 @@ Kind: property tests on a stand-in vocabulary, no model.
    keeps the policy's own probabilities, and the probability of ending moves to starting the line.
 2. FinalLineTask scores the last line only; RetryEngine samples again only the answers whose format
    fails, up to its tries, and counts every try's tokens.
+3. Every arm's preconditions (a tokenizer the schema arm can constrain, a budget that holds its
+   line, a writable --out, the RL policy's vocabulary) are checked before the model loads and
+   before any arm generates: a refusal after the arms before it lost their work.
 The whole command on SmolLM2 is smoke-tested in tests/test_smollm2.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_fixes.py
@@ -15,13 +18,16 @@ Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_fixes.py
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 import train
 import verifier
+from evaluation import fixes
 from evaluation.fixes import AnswerLineConstraint, FinalLineTask, RetryEngine
+from plumbing import policy as policy_mod
 from rollout import Engine, Sample, SamplingParams
 from task import FORMAT_ERRORS, Problem, Task
 
@@ -146,3 +152,44 @@ def test_retry_samples_again_only_bad_formats_up_to_its_tries():
     assert inner.calls == [(2, 2, 5), (2, 1, 5 + 7919), (1, 1, 5 + 2 * 7919)]  # only the failures, each try a new seed
     assert sorted(eng.tries_used) == [1, 1, 2, 3]
     assert eng.tokens == sum(len(vocab.encode(t)) for t in ["Answer: 7", "the sum", "x", "Answer: 3", "the", "Answer: 7", "x"])
+
+
+def test_every_arms_preconditions_are_checked_before_the_model_loads_or_any_arm_generates(tmp_path, monkeypatch):
+    """The tiny base model's character tokenizer cannot be constrained: refused before the prompt, instruction and
+    one-shot arms generate (they come first), before the model loads, and before --out is written to."""
+    calls = []
+    monkeypatch.setattr(policy_mod, "load_model", lambda *a, **k: calls.append("load_model"))
+    with pytest.raises(ValueError) as e:
+        fixes.main(["--preset", "smollm2-arith", "--model", "assets/tiny-base", "--k", "1", "--limit", "2",
+                    "--out", str(tmp_path / "out")], evaluate=lambda *a, **k: calls.append("evaluate"))
+    assert str(e.value).startswith("eval.py fixes, the schema arm: the schema constraint needs a tokenizer that writes")
+    assert str(e.value).endswith("pass --max_new_tokens >= 9 and a model whose tokenizer fits, or --arms without schema")
+    assert calls == [] and not list((tmp_path / "out").iterdir())
+
+
+def test_the_preconditions_name_the_budget_the_output_folder_and_the_rl_policys_vocabulary(tmp_path):
+    args = SimpleNamespace(out=str(tmp_path / "out"), arms=["prompt", "schema"], model="", preset="smollm2-arith")
+    with pytest.raises(ValueError, match="the schema arm: the schema constraint needs a response budget of at least 9 "
+                                         "tokens, got 8"):
+        fixes.preconditions(args, Vocab(), 8, None)
+    assert fixes.preconditions(args, Vocab(), 9, None) == {}
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):  # --out names a file: refused before the arms, not after
+        fixes.preconditions(SimpleNamespace(**{**vars(args), "out": str(tmp_path / "file" / "out")}), Vocab(), 9, None)
+    base = policy_mod.load_tokenizer("")
+    trained = tmp_path / "trained"
+    policy_mod.save_plain_tokenizer(base, trained)
+    args = SimpleNamespace(**{**vars(args), "arms": ["prompt"]})
+    assert fixes.preconditions(args, base, 48, trained)["rl"]["model"] == str(trained)  # the same vocabulary
+    with pytest.raises(ValueError, match=r"--trained .*: its tokenizer is not the base model's"):
+        fixes.preconditions(args, _Other(base), 48, trained)
+
+
+class _Other:
+    """A tokenizer with another vocabulary than `inner`'s."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def get_vocab(self):
+        return {**self.inner.get_vocab(), "<|extra|>": 999}

@@ -182,8 +182,12 @@ def test_prompt_longer_than_the_budget(tmp_path):
     path.write_text("".join(json.dumps({"problem": f"What is {i}+{i}?", "answer": str(2 * i)}) + "\n" for i in range(5)))
     with pytest.raises(ValueError, match="exceed --max_prompt_len 10"):
         Task().load(str(path), tok, train.Config(max_prompt_len=10), held_out=False)
-    data = Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="left"), held_out=False)
-    assert len(data) == 5 and all(len(x) == 10 for x in data.prompt_ids)
+    data = Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="left", instruction="none"),
+                       held_out=False)
+    assert len(data) == 5 and all(len(x) == 10 for x in data.prompt_ids)  # the start of each problem's text cut
+    with pytest.raises(ValueError, match="cannot be cut within --max_prompt_len 10 by the start of its text"):
+        Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="left"), held_out=False)  # the
+        # official instruction alone is longer: a cut never takes it (tests/test_task_faults.py)
     with pytest.raises(ValueError, match="no prompt of .* fits"):
         Task().load(str(path), tok, train.Config(max_prompt_len=10, prompt_truncation="skip"), held_out=False)
 
