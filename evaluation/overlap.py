@@ -26,7 +26,7 @@ import unicodedata
 from pathlib import Path
 
 from task import DAPO_PREFIX, DAPO_SUFFIX, dedupe_by_id, load_task, task_spec
-from tasks import tiny
+from plumbing import checkpoints
 
 
 def problem_key(problem) -> str:
@@ -82,7 +82,7 @@ def trained_on(model_dir: Path, data, settings) -> int | None:
     """
     saved = Path(model_dir) / "dapo_run.json"
     meta = json.loads(saved.read_text()) if saved.is_file() else {}
-    config = tiny.upgrade_config(meta.get("config") or {})
+    config = checkpoints.upgrade_config(meta.get("config") or {})
     if "run_id" not in meta or not config.get("data"):
         return None
     run_cfg = dataclasses.replace(settings, **{k: config[k] for k in ("seed", "skip_bad_rows", "verifier") if k in config})

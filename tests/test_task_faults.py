@@ -37,6 +37,7 @@ import pytest
 import eval as ev
 import preflight
 import train
+from evaluation import measure
 from plumbing import cli, policy
 from rollout import Sample
 from task import DAPO_PREFIX, DAPO_SUFFIX, Dataset, Problem, Task
@@ -97,7 +98,7 @@ def test_a_score_with_the_wrong_number_of_verdicts_is_named_on_every_path(tiny_t
     assert str(e.value) == line
     samples = [Sample(tiny_tok.encode(t, add_special_tokens=False), "stop") for t in TEXTS]
     for call in (lambda: train.score_group(PROBLEM, [5, 6], samples, cfg, task, tiny_tok),  # training and the probe
-                 lambda: ev._score(PROBLEM, samples, tiny_tok, cfg, task),  # eval.py, held-out evaluation
+                 lambda: measure._score(PROBLEM, samples, tiny_tok, cfg, task),  # eval.py, held-out evaluation
                  lambda: preflight.score_answers([PROBLEM], [samples], [TEXTS], cfg, task)):  # the pre-flight sheet
         with pytest.raises(ValueError, match=re.escape(line)):
             call()
