@@ -46,7 +46,7 @@ from rollout import Sample, SamplingParams
 from task import Dataset, Problem, PromptStream, Task, task_of
 
 # the measurements the loop takes (evaluation/measure.py: held-out before and after, the probe set)
-from evaluation import measure
+from evaluation import measure, overlap
 
 # the machinery a first reading skips (plumbing/: processes, forward passes, run files)
 from plumbing import cli, distributed, forward, generator, models, policy, runlog, update
@@ -644,7 +644,7 @@ def load_data(cfg: Config, task: Task, tokenizer) -> tuple[Dataset, Dataset | No
     held_out = None if not cfg.eval_data else task.load(cfg.eval_data, tokenizer, cfg, held_out=True, limit=cfg.eval_limit,
                                                          flag="--eval_data")
     if held_out is not None:  # held-out figures are about problems never trained on: compared by text, at load
-        ev.overlap.check_held_out(data, held_out, allow=cfg.allow_heldout_overlap)
+        overlap.check_held_out(data, held_out, allow=cfg.allow_heldout_overlap)
     return data, held_out
 
 

@@ -34,7 +34,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file
 
-import eval as ev
+from evaluation import measure
 import train
 from plumbing import cli, policy, runlog
 from plumbing.distributed import Dist
@@ -151,15 +151,16 @@ def test_overwrite_replaces_the_earlier_run_and_keeps_other_files(copy, capsys):
 
 
 def _interrupt_during(monkeypatch, name: str, when) -> None:
-    """SIGINT to this process while eval.<name> (held_out or probe) runs, in the call `when(args)` picks."""
-    real = getattr(ev, name)
+    """SIGINT to this process while evaluation.measure.<name> (held_out or probe: the loop's calls) runs, in the call
+    `when(args)` picks."""
+    real = getattr(measure, name)
 
     def wrapped(*args, **kwargs):
         if when(args):
             os.kill(os.getpid(), signal.SIGINT)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ev, name, wrapped)
+    monkeypatch.setattr(measure, name, wrapped)
 
 
 def _weights(ckpt: Path) -> dict[str, torch.Tensor]:

@@ -231,9 +231,10 @@ def test_the_fork_example_splits_by_a_hash_of_the_problem(tmp_path, monkeypatch)
     monkeypatch.delitem(sys.modules, "units_page", raising=False)
     from units_page import UnitsDigit
 
-    task, cfg = UnitsDigit(n_problems=1500), train.Config()
+    # 800 problems a side (the held-out side holds about 1,000 sums): two seeds alone would share about 64
+    task, cfg = UnitsDigit(n_problems=800), train.Config()
     texts = {side: [p.messages[0]["content"] for p in task.read("units", cfg, held_out=side)[0]] for side in (False, True)}
-    assert len(set(texts[True])) == len(texts[True]) == 1500 and not set(texts[True]) & set(texts[False])
+    assert len(set(texts[True])) == len(texts[True]) == 800 and not set(texts[True]) & set(texts[False])
 
 
 ROWS = [{"id": f"q{i}", "problem": f"What is {i}+{i + 1}?", "answer": str(2 * i + 1)} for i in range(6)] + [
