@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import machine_line, title_line  # noqa: E402
 
 import verifier  # noqa: E402
+from plumbing import math_equivalence, math_workers, sympy_guard  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 INTEGER_DATA = FIXTURES / "dapo_math_17k_64.jsonl"
@@ -185,10 +186,10 @@ TIMEOUT_BOMB = "9^{9^{9^{9}}}"  # structurally small; its value has ~10^36969309
 
 
 def _wait_for_spares() -> None:
-    """Until the math mode's spare workers are started (verifier.SPARE_WORKERS besides the one in use)."""
-    while len(verifier._idle_workers) < 1 + verifier.SPARE_WORKERS:  # hang guard: the runner's timeout
-        if not verifier._starting:
-            verifier._start_spare()
+    """Until the math mode's spare workers are started (math_workers.SPARE_WORKERS besides the one in use)."""
+    while len(math_workers._idle_workers) < 1 + math_workers.SPARE_WORKERS:  # hang guard: the runner's timeout
+        if not math_workers._starting:
+            math_workers._start_spare()
         time.sleep(0.05)
 
 
@@ -203,12 +204,12 @@ def guards(timeout_s: float) -> float:
         slowest = max(slowest, elapsed)
         print(f"  {name:32} {elapsed * 1e3:9.3f} ms  {s.reason}")
     t0 = time.perf_counter()
-    worker = verifier._MathWorker()  # what a call would wait for without a spare
+    worker = math_workers._MathWorker()  # what a call would wait for without a spare
     start_up = time.perf_counter() - t0
     worker.kill()
     _wait_for_spares()
-    refusal = verifier._cost_refusal
-    verifier._cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
+    refusal = sympy_guard.cost_refusal
+    sympy_guard.cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
     try:
         timed = []
         for label in ("a timeout (refusal off)", "a second timeout, right after"):
@@ -216,7 +217,7 @@ def guards(timeout_s: float) -> float:
             s = verifier.score(f"Answer: {TIMEOUT_BOMB}", "1", mode="math", timeout_s=timeout_s)
             timed.append((label, time.perf_counter() - t0, s.reason))
     finally:
-        verifier._cost_refusal = refusal
+        sympy_guard.cost_refusal = refusal
     t0 = time.perf_counter()
     after = verifier.score("Answer: \\frac{26}{2}", "13", mode="math", timeout_s=timeout_s)
     next_call = time.perf_counter() - t0
@@ -287,9 +288,9 @@ def limits() -> None:
     for name, preds in LIMIT_CASES:
         print(f"{name}:")
         for pred in preds:
-            refusal = verifier._cost_refusal(verifier._normalise_math(pred))
+            refusal = sympy_guard.cost_refusal(math_equivalence.normalise_math(pred))
             t0 = time.perf_counter()
-            reply = verifier._ask_math_worker({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
+            reply = math_workers.ask({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
             elapsed = time.perf_counter() - t0
             print(f"  {pred:34} {elapsed:7.3f} s  {reply['status']:8} {'refused' if refusal else 'accepted'}")
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import verifier  # noqa: E402
+from plumbing import answer_markup, integer_answer, math_equivalence  # noqa: E402
 from verifier import EXCEPTION_REASONS, MODES, REASONS, Score, score, score_batch  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # committed; see fixtures/README.md
@@ -367,12 +368,12 @@ def test_property_exact_ground_truth_in_required_format_is_correct(truth, line):
 @FEW
 @given(st.text(alphabet="0123456789 ,.$*\\{}()[]`_boxedtext=+-x%\u2212", max_size=40))
 def test_property_normalisation_is_idempotent(text):
-    assert verifier._peel(verifier._peel(text)) == verifier._peel(text)
-    once = verifier._normalise_math(text)
-    assert verifier._normalise_math(once) == once
-    pred, reason, _ = verifier._integer_candidate(text)
+    assert answer_markup.peel(answer_markup.peel(text)) == answer_markup.peel(text)
+    once = math_equivalence.normalise_math(text)
+    assert math_equivalence.normalise_math(once) == once
+    pred, reason, _ = integer_answer.integer_candidate(text)
     if not reason:
-        assert verifier._integer_candidate(pred)[:2] == (pred, "")
+        assert integer_answer.integer_candidate(pred)[:2] == (pred, "")
 
 
 # --- real data: the committed fixtures (tests/fixtures/README.md) --------------------------------
