@@ -299,6 +299,7 @@ from dataclasses import dataclass
 from plumbing import math_equivalence, math_workers
 from plumbing.final_answer import extract_final
 from plumbing.integer_answer import agree, earlier_value, integer_candidate, integer_ground_truth, section_value
+from plumbing.result_statements import results_stated
 
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
@@ -367,13 +368,26 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
             stated = ", ".join(dict.fromkeys([*others, pred]))
             detail = f"the final answer section states several values: {stated[:200]}"
             return _verdict(False, None, "multiple_answers", detail)
-    if final.restated:  # G5: the text after the final statement takes it back with another value
-        others = [value for value in map(section_value, final.restated) if value != pred]
-        if others:
-            detail = f"the text after the final answer {pred} takes it back: it states {others[0]}"
-            return _verdict(False, None, "multiple_answers", detail)
+    other = _other_result(final, pred)
+    if other is not None:  # G5: from the final statement on, another value stated as the result
+        return _verdict(False, None, "multiple_answers", other)
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
 
+
+
+def _other_result(final, pred: str) -> str | None:
+    """Why the response states a final value other than pred (G5), else None: a value the text
+    states as a result from the final statement on, or after an earlier explicit statement of pred
+    (an "Answer:" line, a box) up to the final one (plumbing/result_statements.py)."""
+    for _, value in results_stated(final.data, final.final_at, len(final.data)):
+        if value != pred:
+            return f"the final answer {pred} and the text from it on, which states {value} as the result"
+    for text, end in final.anchors:
+        if end < final.final_at and section_value(text) == pred:
+            for _, value in results_stated(final.data, end, final.final_at):
+                if value != pred:
+                    return f"{pred} stated, then {value} as the result, then {pred} again as the final answer"
+    return None
 
 
 # --- DAPO: the official rule, bit for bit ("dapo-official" mode) ------------------------------

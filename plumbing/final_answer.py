@@ -29,7 +29,13 @@ class Final(NamedTuple):  # a NamedTuple: built once per response in the hot loo
     section: tuple[str, ...] = ()  # the other values of the final answer section (deviation 23)
     boxes_only: bool = False  # no "Answer:" marker: the final statement is the last box
     same_line: tuple[str, ...] = ()  # boxes-only: the boxes on the last box's line outside the section
-    restated: tuple[str, ...] = ()  # values the text after the final statement restates it with (G5)
+    # G5: the response's bytes (as read: G1) and where the final statement starts; from there on,
+    # every value stated as a result must be the final one (plumbing/result_statements.py)
+    data: bytes = b""
+    final_at: int = 0
+    # G5: earlier explicit statements (Answer: lines, boxes) within SECTION_REACH, as (text, end
+    # offset): after one of the final value, the text up to final_at must state no other result
+    anchors: tuple[tuple[str, int], ...] = ()
 
 
 # More "Answer:" lines than this before the final one is spam, not an answer (and would cost work).
@@ -72,45 +78,36 @@ _STATED_NUMBER = re.compile(
 _LIST_MARKER = re.compile(rb"[ \t>*#-]*(?:\(?[0-9]{1,3}[.)]|\([0-9]{1,3}\))[ \t]+(?=\S)")
 _DIGIT = re.compile(rb"[0-9]")
 _MARKER = re.compile(rb"(?i:answer)[ \t*_}]{0,8}(?::|\xef\xbc\x9a)")  # "Answer:", "**Answer**:", "Answer："
-# The end of the model's turn (grammar row G1): a chat template's end-of-turn or start-of-turn token
-# written as text. ChatML and most templates spell them "<|name|>" ("<|im_end|>", "<|eot_id|>",
-# "<|endoftext|>", "<|end|>", "<|END_OF_TURN_TOKEN|>"); Llama 2 and Mistral "</s>", Gemma
-# "<end_of_turn>" and "<eos>", DeepSeek "<｜end▁of▁sentence｜>" (full-width bars, U+FF5C).
-_END_OF_TURN = re.compile(
-    rb"<\|[A-Za-z][A-Za-z0-9_]{2,30}\|>|</s>|<eos>|<(?:end|start)_of_turn>|<\xef\xbd\x9c[^<>\n]{1,60}?\xef\xbd\x9c>"
+# The end of the model's turn (G1): only a token that ends the turn, or starts another one (a
+# hallucinated next turn), ends the response; a chat template's other special tokens are text. The
+# templates' spellings: "<|name|>" (ChatML "<|im_end|>", "<|im_start|>"; Llama 3 "<|eot_id|>",
+# "<|eom_id|>", "<|start_header_id|>"; Llama 4 "<|eot|>", "<|header_start|>"; Phi-3 "<|end|>",
+# "<|user|>"; Cohere "<|END_OF_TURN_TOKEN|>"; Granite "<|end_of_text|>", "<|start_of_role|>"; GLM
+# "<|observation|>"; Kimi "<|im_user|>"; gpt-oss "<|return|>", "<|call|>"; GPT-2 and Qwen
+# "<|endoftext|>"), Llama 2 and Mistral "</s>", "<s>", "[INST]", Gemma "<end_of_turn>",
+# "<start_of_turn>", "<eos>", Idefics "<end_of_utterance>", DeepSeek "<｜end▁of▁sentence｜>",
+# "<｜User｜>" (full-width bars U+FF5C, "▁" U+2581).
+_TURN_TOKEN = re.compile(
+    rb"<\|([A-Za-z][A-Za-z0-9_]{2,30})\|>|</s>|<s>|<eos>|<pad>|<(?:end|start)_of_turn>|<end_of_utterance>|\[INST\]"
+    rb"|<\xef\xbd\x9c([^<>\n]{1,60}?)\xef\xbd\x9c>"
 )
-# A final statement the text then takes back (G5): after the statement, a word of contrast or
-# correction, then a value stated with a copula or a verb of result ("but two are invalid, so the
-# actual count is 17"). A box in a hypothetical sentence ("if all were valid the answer would be
-# \boxed{19}") needs no contrast word. "=" and ":" are not copulas here: a check after the answer
-# ("since 19 = 10 + 9") restates nothing.
-# Searched with bytes.find on the lowered text (a regex alternation costs 10-50 microseconds on a
-# 600-byte tail, a tenth of the whole verdict's budget); "actual" also finds "actually".
-_CONTRAST_WORDS = (
-    b"but", b"however", b"actual", b"instead", b"wait", b"correction", b"mistake", b"oops", b"rather", b"in fact",
-    b"wrong", b"incorrect",
-)  # fmt: skip
-_HYPOTHETICAL = re.compile(rb"(?i)(?<![A-Za-z])(?:would|if|were|suppose|supposing|assuming|naively|had)(?![A-Za-z])")
-# digits first, so that the scan is fast; the byte before is checked apart (_NOT_BEFORE_A_NUMBER)
-_RESTATED_NUMBER = re.compile(rb"[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z^_]|\.[0-9]|,[0-9])")
-_NOT_BEFORE_A_NUMBER = b"0123456789.^_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-# A value restated with a copula or a verb of result, up to three fillers between: "the actual count
-# is 17", "it is actually $\boxed{17}$", "we get 17". Checked on the words before a number.
-_COPULAS = frozenset(
-    b"is are was were be been equals equal gives give get gets got obtain obtains obtained yields yield yielding"
-    b" makes make making becomes become totals total giving leaves leaving".split()
+_TURN_NAMES = frozenset(
+    "im_end eot_id eot eom_id eom eos end return call endoftext end_of_text end_of_turn end_of_turn_token endofturn"
+    " end_of_sentence end_of_solution end_of_response stop pad im_start start start_header_id header_start"
+    " start_of_turn start_of_turn_token start_of_role begin_of_text bos im_user im_assistant im_system user"
+    " assistant system human observation tool ipython begin_of_sentence".split()
 )
-_TWO_WORD_COPULAS = frozenset({(b"equal", b"to"), (b"total", b"of"), (b"to", b"get")})
-_FILLERS = frozenset(
-    b"actually just only exactly really then now still therefore thus so indeed the a an answer of".split()
-)
-_WRAPPER_TOKEN = re.compile(rb"(?:[$`*({]|\\\(|\\(?:boxed|fbox|textbf|mathbf|text))+")
-_COPULA_REACH = 64  # bytes before a number that _said_with_copula looks at
-_LETTERS = tuple(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-# After an "Answer:" line a restatement must say it restates the answer: "the answer is actually 17",
-# "the actual count is 17", "the correct total is 17", "it is really 17".
-_RESTATES_ANSWER = (b"answer", b"actual", b"correct", b"true", b"real", b"right", b"final")
-_RETRACTION_REACH = 400  # bytes to the contrast word, and from it (or a hypothetical box) to the value
+# The end of a reasoning block (G1, deviation 12): only the text after the last one counts, and an
+# opener after it with no end means the reasoning never finished. DeepSeek-R1, Qwen3 and most
+# "<think>"; Seed "<seed:think>"; Magistral "[THINK]"; Kimi "◁think▷"; OpenThoughts and Bespoke
+# "<|begin_of_thought|>". gpt-oss' harmony format has channels instead (_final_channel).
+_REASONING_ENDS = (b"</think>", b"</seed:think>", b"[/THINK]", "\u25c1/think\u25b7".encode(), b"<|end_of_thought|>")
+_REASONING_OPENERS = (b"<think>", b"<seed:think>", b"[THINK]", "\u25c1think\u25b7".encode(), b"<|begin_of_thought|>")
+_REASONING_HINTS = (b"think", b"THINK", b"_thought|>")  # one is in every spelling above: cheap finds first
+# gpt-oss' harmony format: messages "<|start|>assistant<|channel|>NAME ...<|message|>TEXT<|end|>", the
+# answer in the one on the "final" channel, ended by "<|return|>" (or "<|end|>", "<|call|>").
+_FINAL_CHANNEL = re.compile(rb"<\|channel\|>\s*final(?![A-Za-z0-9_])[^<]{0,200}?(?:<\|constrain\|>[^<]{0,100})?<\|message\|>")
+_MESSAGE_END = re.compile(rb"<\|(?:return|end|call|start|channel)\|>")
 # The echoed instruction: 'of the form Answer: $Answer (without quotes)' and 'after "Answer:".'
 _ECHO = re.compile(r'\\?\$Answer\b|"\s*[.\u3002]?\s*$')
 def _markers(data: bytes, start: int, end: int, limit: int) -> list[tuple[int, int]]:
@@ -153,9 +150,44 @@ def _value_line(data: bytes, colon_end: int, end: int) -> tuple[str, int]:
     return data[j:line_end].decode("utf-8", "replace"), line_end
 
 
+def _response_text(data: bytes) -> tuple[bytes, int] | Final:
+    """(the bytes that count, where the final answer may start) of a response (G1): up to the first
+    token that ends the turn, after the last end of a reasoning block; for a harmony response, its
+    final channel's message. A Final with reason no_answer when the reasoning never finished."""
+    if b"<|channel|>" in data:  # harmony: the last final-channel message, up to its end
+        final = None
+        for final in _FINAL_CHANNEL.finditer(data):
+            pass
+        if final is None:
+            return Final(reason="no_answer", detail="a harmony response with no final-channel message")
+        end = _MESSAGE_END.search(data, final.end())
+        return data[final.end() : end.start() if end else len(data)], 0
+    if b"<" in data or b"[INST]" in data:
+        for token in _TURN_TOKEN.finditer(data):
+            name = token[1] or token[2]
+            if name is None or name.lower().replace("\u2581".encode(), b"_").decode("utf-8", "replace") in _TURN_NAMES:
+                data = data[: token.start()]
+                break
+    start = 0
+    for hint in _REASONING_HINTS:
+        if hint in data:
+            break
+    else:
+        return data, 0  # the common case: no tag of any kind
+    for closing in _REASONING_ENDS:
+        close = data.rfind(closing)
+        if close >= 0:
+            start = max(start, close + len(closing))
+    for opening in _REASONING_OPENERS:
+        if data.find(opening, start) >= 0:
+            return Final(reason="no_answer", detail="an unclosed reasoning block (<think>): it never finished")
+    return data, start
+
+
 def extract_final(response: str) -> Final:
-    """The final answer: the last "Answer:" marker's value (plus any later box, and the values of
-    earlier markers, which must agree), else the boxes on the line of the last box.
+    """The final answer: the last "Answer:" (or "####") marker's value, plus any later box, and the
+    values of earlier markers, which must agree; else the last "<answer>" tag; else the boxes on the
+    line of the last box; else the last sentence "the answer is ..." (G1).
 
     Works on UTF-8 bytes: `bytes.lower()` folds ASCII letters only, so offsets stay aligned and
     look-alikes (Cyrillic "А", the Kelvin sign) never spell "answer" (deviation 18). Every search
@@ -164,22 +196,14 @@ def extract_final(response: str) -> Final:
     from their colons too (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
-    start = 0
-    # deviation 12: only text after the last reasoning block counts. `b"<" in data` is a memchr,
-    # much faster than the multi-byte search it saves on the many responses without any tag.
+    read = _response_text(data)  # G1: the part of the response that can hold its final answer
+    if isinstance(read, Final):
+        return read
+    data, start = read
     tags = b"<" in data
-    tag = data.rfind(b"think>") if tags else -1
-    while tag >= 0:
-        if data[tag - 2 : tag] == b"</":
-            start = tag + len(b"think>")
-            break
-        if data[tag - 1 : tag] == b"<":
-            return Final(reason="no_answer", detail="unclosed <think> block: reasoning never finished")
-        tag = data.rfind(b"think>", 0, tag)
-    # G1: the turn ends at its first end-of-turn token; what follows is no part of the response
-    if tags and (end_of_turn := _END_OF_TURN.search(data, start)) is not None:
-        data = data[: end_of_turn.start()]
-
+    hashes = data.rfind(b"####", start) if b"####" in data else -1  # GSM8K's marker, "#### 18"
+    if hashes >= 0 and not (_HASH_MARKER.match(data, hashes) and (hashes == start or data[hashes - 1] in b"\n .")):
+        hashes = -1
     # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
     # common case: the marker's own, in the last line); "answer" in any ASCII case before it.
     echoed, hi, wide = False, len(data), not response.isascii()  # str.isascii: O(1)
@@ -190,42 +214,21 @@ def extract_final(response: str) -> Final:
         if colon < 0 and wide_colon < 0:
             break
         hi = max(colon, wide_colon)
+        if hi < hashes:
+            break  # the "####" line comes last
         if hi == colon and data[colon - 1 : colon] not in _BEFORE_COLON:
             continue  # most colons follow a byte that can end neither "answer" nor a gap
         i = _answer_before(data, start, hi)
         if i < 0:
             continue  # "ratio 3:2", "Note:": not a marker
         j = hi + (1 if hi == colon else len(_FULLWIDTH_COLON))
-        # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
-        j = _LEADING.match(data, j).end()
-        line_end = data.find(b"\n", j)
-        line_end = len(data) if line_end < 0 else line_end
-        line = data[j:line_end].decode("utf-8", "replace")
-        if _ECHO.match(line):
+        final = _after_marker(data, start, i, j, tags, response.isascii())
+        if final is None:
             echoed = True  # deviation 11: the prompt's instruction, echoed back
             continue
-        # deviation 20: the values of earlier markers; one memchr when there is no other colon
-        no_colon = data.find(b":", start, i) < 0 and response.isascii()
-        earlier = () if no_colon else _earlier_values(data, start, i)
-        if earlier is None:
-            return Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
-        later = box_starts(data, line_end, len(data))
-        tag = _last_answer_tag(data, line_end) if tags else None  # a tag after the line must agree, as a box (17)
-        if len(later) > MAX_FINAL_BOXES:
-            return Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
-        # deviation 23: the values the final answer section states around it must agree with it
-        before, _ = _section_before(data, start, i)
-        if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
-            return Final(candidates=(line,), earlier=earlier) if before is not None else _SPAM
-        # deviation 17: and so must the boxes after the answer line
-        spans = [box_span(data, box) for box in later]
-        after = _stated_after(data, spans[-1][1] if spans else line_end)
-        if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
-            return _SPAM
-        section = (*before, *after)
-        candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
-        restated = _restated_after(data, spans[-1][1] if spans else line_end, None)
-        return Final(candidates=candidates, earlier=earlier, section=section, restated=restated)
+        return final
+    if hashes >= 0:
+        return _after_marker(data, start, hashes, hashes + 4, tags, False) or _SPAM
 
     tag = _last_answer_tag(data, start) if tags else None
     if tag is not None:  # G1: "<answer>18</answer>", with the boxes after it as candidates (17)
@@ -236,7 +239,8 @@ def extract_final(response: str) -> Final:
         if before is None or after is None or 1 + len(later) + len(before) + len(after) > MAX_FINAL_BOXES:
             return _SPAM
         candidates = (content, *(box_contents(data, box) for box in later))
-        return Final(candidates=candidates, section=(*before, *after), restated=_restated_after(data, tag_end, None))
+        anchors = _box_anchors(data, start, tag_start)
+        return Final(candidates=candidates, section=(*before, *after), data=data, final_at=tag_start, anchors=anchors)
     last = last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
         content, box_end = box_span(data, last)
@@ -247,13 +251,83 @@ def extract_final(response: str) -> Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(box_contents(data, box) for box in box_starts(data, line_start, section_start))
-        restated = _restated_after(data, box_end, (line_start, last.start()))
-        return Final(
-            candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line, restated=restated
-        )
+        anchors = _box_anchors(data, start, last.start())
+        return Final(candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line,
+                     data=data, final_at=last.start(), anchors=anchors)  # fmt: skip
     if echoed:
         return Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
-    return Final(reason="no_answer", detail="no 'Answer:' line and no \\boxed{}")
+    stated = _last_answer_sentence(data, start)
+    if stated is not None:  # G1: "The answer is 18." (lm-evaluation-harness' gsm8k_cot format)
+        return _after_marker(data, start, stated[0], stated[1], tags, False) or _SPAM
+    return Final(reason="no_answer", detail="no 'Answer:' line, no \\boxed{} and no 'the answer is'")
+
+
+def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_only: bool) -> Final | None:
+    """The Final of a marker whose word starts at i and whose value follows from j (its colon's end),
+    or None when the value is the prompt's instruction echoed back (deviation 11)."""
+    # Like the official "\s*", the value may start on a later line; "**" closes "**Answer:**".
+    j = _LEADING.match(data, j).end()
+    line_end = data.find(b"\n", j)
+    line_end = len(data) if line_end < 0 else line_end
+    line = data[j:line_end].decode("utf-8", "replace")
+    if _ECHO.match(line):
+        return None
+    # deviation 20: the values of earlier markers; one memchr when there is no other colon
+    no_colon = data.find(b":", start, i) < 0 and ascii_only
+    earlier = () if no_colon else _earlier_values(data, start, i)
+    if earlier is None:
+        return Final(reason="multiple_answers", detail=f"over {MAX_ANSWER_LINES} 'Answer:' lines")
+    later = box_starts(data, line_end, len(data))
+    tag = _last_answer_tag(data, line_end) if tags else None  # a tag after the line must agree, as a box (17)
+    if len(later) > MAX_FINAL_BOXES:
+        return Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
+    # deviation 23: the values the final answer section states around it must agree with it
+    before, _ = _section_before(data, start, i)
+    anchors = (*((value, end) for value, end in earlier), *_box_anchors(data, start, i))
+    earlier_values = tuple(value for value, _ in earlier)
+    if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
+        if before is None:
+            return _SPAM
+        return Final(candidates=(line,), earlier=earlier_values, data=data, final_at=j, anchors=anchors)
+    # deviation 17: and so must the boxes after the answer line
+    spans = [box_span(data, box) for box in later]
+    after = _stated_after(data, spans[-1][1] if spans else line_end)
+    if before is None or after is None or 1 + len(spans) + len(before) + len(after) > MAX_FINAL_BOXES:
+        return _SPAM
+    section = (*before, *after)
+    candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
+    return Final(candidates=candidates, earlier=earlier_values, section=section, data=data, final_at=j, anchors=anchors)
+
+
+# "#### 18": GSM8K's final-answer marker, at the start of a line or after a full stop, followed by a
+# number ("#### Final Answer" is a markdown heading).
+_HASH_MARKER = re.compile(rb"####[ \t]*(?=(?:\\?\$|\*\*)?[ \t]*[+-]?[0-9])")  # a value, not a heading
+# "The answer is 18.", "So the final answer is $18$": the statement of lm-evaluation-harness'
+# gsm8k_cot and of many few-shot prompts, read only when the response has no marker, tag or box.
+_ANSWER_SENTENCE = re.compile(rb"(?i)(?<![A-Za-z])(?:the\s+)?(?:final\s+)?answer\s+is\s*:?")
+
+
+def _last_answer_sentence(data: bytes, start: int) -> tuple[int, int] | None:
+    """(start, end) of the last "the answer is" of data[start:], else None."""
+    if b"nswer" not in data and b"NSWER" not in data:  # the common case
+        return None
+    last = None
+    for last in _ANSWER_SENTENCE.finditer(data, start):
+        pass
+    return None if last is None else (last.start(), last.end())
+
+
+def _box_anchors(data: bytes, start: int, p: int) -> tuple[tuple[str, int], ...]:
+    """(contents, end) of the boxes within SECTION_REACH before offset p (G5 anchors)."""
+    lo = max(start, p - SECTION_REACH)
+    if data.find(b"box", lo, p) < 0:  # the common case
+        return ()
+    anchors = []
+    for box in box_starts(data, lo, p):
+        content, end = box_span(data, box)
+        if end <= p:
+            anchors.append((content, end))
+    return tuple(anchors)
 
 
 def _last_answer_tag(data: bytes, start: int) -> tuple[str, int, int] | None:
@@ -316,82 +390,6 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     return values, p
 
 
-def _restated_after(data: bytes, q: int, box_line: tuple[int, int] | None) -> tuple[str, ...]:
-    """The values the text after the final statement (from offset q) restates it with, when it takes
-    the statement back (G5): after a word of contrast or correction ("but", "actually", "wait")
-    within _RETRACTION_REACH bytes, each value stated with a copula or a verb of result within
-    _RETRACTION_REACH bytes of it ("the actual count is 17", "we get 17"). box_line: (start of its
-    line, start of the box) for a final box, None after an "Answer:" line. A box in a hypothetical
-    sentence ("if all were valid it would be \\boxed{19}") needs no contrast word; after an "Answer:" line,
-    only a value said to be the answer counts ("the actual count is 17", not "there are 10 ways").
-    Empty when the text takes nothing back; bounded work (MAX_FINAL_BOXES values)."""
-    end = min(len(data), q + 2 * _RETRACTION_REACH)
-    if q >= end or _DIGIT.search(data, q, end) is None:  # the common case: nothing, or no number, after it
-        return ()
-    answer_word = box_line is None
-    if answer_word and not _says_answer(data[q:end].lower()):
-        return ()  # after an "Answer:" line, the common case: a check that says no value is the answer
-    hypothetical = False
-    if box_line is not None:  # the box's sentence, from its line's start or last full stop
-        line_start, box_start = box_line
-        full_stop = max(data.rfind(b". ", line_start, box_start), data.rfind(b"? ", line_start, box_start))
-        hypothetical = _HYPOTHETICAL.search(data, max(line_start, full_stop + 2), box_start) is not None
-    if not hypothetical:
-        after = _after_contrast(data[q : q + _RETRACTION_REACH].lower())
-        if after < 0:
-            return ()  # nothing is taken back
-        q += after
-    end = min(end, q + _RETRACTION_REACH)
-    restated = []  # the numbers first (few, found by one cheap scan), then what precedes each
-    for number in _RESTATED_NUMBER.finditer(data, q, end):
-        at = number.start()
-        if data[at - 1] in _NOT_BEFORE_A_NUMBER:
-            continue  # inside a word or a number: "x2", "a_1", "1.5"
-        before = data[max(q, at - _COPULA_REACH) : at]
-        if not before.rstrip(b" \t\n$`*({").endswith(_LETTERS):
-            continue  # the common case, cheaply: after a symbol ("= 10", "\binom{5}") nothing is restated
-        if _said_with_copula(before) and (not answer_word or _says_answer(before.lower())):
-            sign = data[at - 1 : at] if data[at - 1 : at] in (b"-", b"+") else b""
-            restated.append((sign + number[0]).decode())
-            if len(restated) >= MAX_FINAL_BOXES:
-                break
-    return tuple(restated)
-
-
-def _says_answer(low: bytes) -> bool:
-    """True when the lowered text says a value is the answer (_RESTATES_ANSWER, G5)."""
-    for word in _RESTATES_ANSWER:
-        if word in low:
-            return True
-    return False
-
-
-def _said_with_copula(text: bytes) -> bool:
-    """True when text, the bytes before a number, ends in a copula or a verb of result, then at most
-    three fillers and markup (G5): "the actual count is", "is actually $\\boxed{", "we get"."""
-    words = text.lower().split()[-6:]
-    while words and _WRAPPER_TOKEN.fullmatch(words[-1]):
-        words.pop()
-    for _ in range(3):
-        if words and words[-1] in _FILLERS:
-            words.pop()
-    return bool(words) and (words[-1] in _COPULAS or tuple(words[-2:]) in _TWO_WORD_COPULAS)
-
-
-def _after_contrast(low: bytes) -> int:
-    """Where the first word of contrast or correction in the lowered text ends (G5), else -1."""
-    first = -1
-    for word in _CONTRAST_WORDS:
-        i = low.find(word)
-        while i >= 0 and (
-            low[i - 1 : i].isalpha() or word != b"actual" and low[i + len(word) : i + len(word) + 1].isalpha()
-        ):
-            i = low.find(word, i + 1)  # inside a longer word: "butter", "await"
-        if i >= 0 and (first < 0 or i + len(word) < first):
-            first = i + len(word)
-    return first
-
-
 def _stated_after(data: bytes, q: int) -> list[str] | None:
     """The numbers stated in the answer-only lines right after the final statement (deviation 23):
     "Answer: 19\\n18\\n17" states three values. None when there are more than MAX_FINAL_BOXES."""
@@ -420,8 +418,8 @@ def _stated_numbers(data: bytes, a: int, b: int) -> list[str]:
     return [number.decode() for number in _STATED_NUMBER.findall(data, a, b)]
 
 
-def _earlier_values(data: bytes, start: int, final: int) -> tuple[str, ...] | None:
-    """The values of the "Answer:" markers in data[start:final], echoes left out (deviation 20);
+def _earlier_values(data: bytes, start: int, final: int) -> tuple[tuple[str, int], ...] | None:
+    """(value, end offset) of the "Answer:" markers in data[start:final], echoes left out (deviation 20);
     None when there are more than MAX_ANSWER_LINES of them, a spray that is not read (bounded work).
     Each runs to the end of its line or to the next marker: "Answer: 17 ... Answer: 19"."""
     markers = _markers(data, start, final, MAX_ANSWER_LINES)
@@ -432,7 +430,7 @@ def _earlier_values(data: bytes, start: int, final: int) -> tuple[str, ...] | No
     values = []
     for index, (_, colon_end) in enumerate(markers):
         until = markers[index + 1][0] if index + 1 < len(markers) else final
-        line, _ = _value_line(data, colon_end, until)
+        line, line_end = _value_line(data, colon_end, until)
         if not _ECHO.match(line):
-            values.append(line)
+            values.append((line, line_end))
     return tuple(values)

@@ -257,7 +257,7 @@ def _read_statement(text: str) -> tuple[str | None, str, str]:
     readings = [reading for reading in readings if reading is not None]
     if readings:
         reading = agree(readings)
-        spelled = _spelled_numbers(frame[0]) if frame is not None else []
+        spelled = spelled_numbers(frame[0]) if frame is not None else []
         others = [value for value in (*restated, *spelled) if value != reading[0]]
         if reading[1] or not others:
             return reading
@@ -321,7 +321,7 @@ def _cut_working(text: str) -> tuple[str, list[str]]:
 def _is_working(text: str) -> bool:
     """True when text could be working (G4): numbers (digits, or two or more number words) and no
     hedge."""
-    numbers = _FIRST_DIGIT.search(text) is not None or len(_spelled_numbers(text)) >= 2
+    numbers = _FIRST_DIGIT.search(text) is not None or len(spelled_numbers(text)) >= 2
     return numbers and not _WORKING_HEDGE.search(text)
 
 
@@ -372,7 +372,7 @@ def _read_number(text: str) -> tuple[str | None, str, str] | None:
         return None
     value, integral = _number_value(m)
     for words in (m["gloss"], m["gloss_after"], m["phrase"]):
-        if words and any(spelled != value for spelled in _spelled_numbers(words)):
+        if words and any(spelled != value for spelled in spelled_numbers(words)):
             return None, "multiple_answers", f"{words.strip()!r} spells a value other than {value}"
     return (value, "", "") if integral else (value, "wrong", "not an integer")
 
@@ -406,7 +406,7 @@ _FOLLOWS = {
 }
 
 
-def _spelled_numbers(words: str) -> list[str]:
+def spelled_numbers(words: str) -> list[str]:
     """The numbers a gloss or phrase spells in English words: "thirty-six" -> ["36"], "one hundred
     and five" -> ["105"], "twelve and thirteen" -> ["12", "13"]. A word continues a number only where
     English lets it ("thirty six", "two hundred", "hundred and five", "thousand twenty"); any other
