@@ -315,7 +315,7 @@ TAKEN_BACK = [
     ("So the answer is \\boxed{19}. But let me double check: the total is 19.", "19", True, "ok"),
     ("So the answer is \\boxed{19}.\n\nThe sum of the digits is 10.", "19", False, "multiple_answers"),
     ("So the answer is \\boxed{19}.\n\nThe digits add up: 1 + 9 = 10.", "19", False, "multiple_answers"),
-    ("So the answer is \\boxed{19}.\n\nThe digits of 19 are 1 and 9.", "19", True, "ok"),  # no result stated
+    ("So the answer is \\boxed{19}.\n\nWe used each of the digits 1 and 9 once.", "19", True, "ok"),  # no result
 ]  # fmt: skip
 
 # Deviation 37: boxes in an "Answer:" line are read with the words around them
