@@ -681,7 +681,7 @@ def prepare(mode: str) -> None:
     calls it under --verifier math, before the model loads. A no-op for the other modes; never
     raises (a worker that cannot start is reported by the call that needs it)."""
     if mode == "math":
-        math_workers.prepare("math")
+        math_workers.prepare()
 
 
 if __name__ == "__main__":

@@ -18,6 +18,34 @@ MAX_ANSWER_CHARS = 1000
 # More boxes than this in the final statement is spam, not an answer (and would cost work).
 MAX_FINAL_BOXES = 16
 
+# One definition of the name of a variable, shared by the sentence frames of "dapo" (G3: "The value
+# of $I_{\max}$ is 34") and the equations that assign one variable in "math" (G6: "I_{\max} =
+# \frac{V}{R}"): a letter, a Greek letter, or a styled or accented one ("\mathbf{v}", "\vec{F}",
+# "\hat{x}", "\text{speed}"); a segment or angle ("AB", "\angle ABC", "m\angle A"); then a subscript
+# of any content ("V_0", "V_{0}", "I_{\max }", "x_{\text{min}}", "a_{n+1}") and primes ("f'", "x^*",
+# "y^{\prime}"). A power ("x^2") is not part of a name.
+GREEK = (
+    "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|sigma"
+    "|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega|ell|hbar"
+)
+SYMBOL = (
+    r"(?:(?:m\s*)?\\angle\s*[A-Z]{1,3}(?![A-Za-z])|[A-Z]{2,3}(?![A-Za-z])"
+    rf"|(?:[A-Za-z]|\\(?:{GREEK})|\\(?:mathbf|mathrm|mathit|mathcal|mathbb|mathsf|boldsymbol|bm|vec|hat|bar|overline"
+    r"|tilde|dot|ddot|widehat|widetilde|overrightarrow|operatorname|text)\s*\{\s*[A-Za-z\\][^{}]{0,19}\})(?![A-Za-z])"
+    r"(?:\s*_\s*(?:\{(?:[^{}]|\{[^{}]{0,20}\}){1,30}\}|[A-Za-z0-9]|\\[A-Za-z]+))?"
+    r"(?:'{1,3}|\^\s*(?:\{\s*(?:\\prime|\*)\s*\}|\\prime|\*))?)"
+)
+# The side of an equation that names what it assigns: a symbol, with its arguments if a function's
+# ("f(x)", "\Phi (x,y)", "P(X > 2)", "f(2)").
+ASSIGNED = re.compile(rf"\s*{SYMBOL}(?:\s*\((?:[^()]|\([^()]*\)){{0,60}}\))?\s*")
+_SYMBOL_STYLE = re.compile(r"\\(?:mathrm|text|operatorname|mathit|rm)\s*\{([^{}]*)\}|\\left|\\right|[{}\s\\]")
+
+
+def symbol_key(side: str) -> str:
+    """One spelling of the name an ASSIGNED side gives: "I_{\\max }", "I_\\max", "I_{\\text{max}}" ->
+    "I_max"; "\\Phi (x,y)" -> "Phi(x,y)"."""
+    return _SYMBOL_STYLE.sub(lambda m: m[1] or "", side)
+
 # Every LaTeX spelling of a framed or highlighted answer (deviation 13): the kernel's \fbox and
 # \framebox[width][pos]{...}, xcolor's \colorbox{colour}{...} and \fcolorbox{frame}{back}{...},
 # amsmath's \boxed, mathtools' \Aboxed, MathJax's \bbox[options]{...}, fancybox's four frames.

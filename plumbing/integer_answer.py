@@ -13,7 +13,7 @@ import functools
 import re
 
 from plumbing.answer_markup import (
-    MAX_ANSWER_CHARS, MODULUS, MODULUS_TEXT, PLACEHOLDER, as_integer, before_clause, box_span, box_starts,
+    MAX_ANSWER_CHARS, MODULUS, MODULUS_TEXT, PLACEHOLDER, SYMBOL, as_integer, before_clause, box_span, box_starts,
     canonical_int, collapse_thousands, peel,
 )  # fmt: skip
 
@@ -50,9 +50,12 @@ _VALUE_WORDS = (
 )
 # "and", "to", "through" and "between" join values only when a second one follows, which a unit or a
 # description after the value cannot hold (no digits, no number words): "34 ways to seat them".
+# "more", "fewer" and "less" describe the value ("34 more stamps"); "than" after them relates it ("34
+# more than x") and "or" hedges it ("34 or more"), both refused on their own.
 _NOT_A_UNIT = "|".join(
-    [_HEDGE_WORDS.replace("and|to|through|between|", ""), _VALUE_WORDS, *_NUMBER_WORDS, *_SCALE_WORDS]
-)
+    [_HEDGE_WORDS.replace("and|to|through|between|", "").replace("more|less|fewer|", ""), _VALUE_WORDS,
+     *_NUMBER_WORDS, *_SCALE_WORDS]
+)  # fmt: skip
 _NOT_IN_PHRASE = "|".join([_HEDGE_WORDS.replace("and|", ""), _VALUE_WORDS])  # "81, and that is all" is fine
 # One number and what may follow it (deviations 6, 9, 10, 15, 25): the sign, a space allowed ("- 4");
 # the digits (groupings already joined) and a fraction; scientific notation with an exponent of at
@@ -76,9 +79,13 @@ _NAMED_VARIABLE = r"[A-Za-z](?:_\{?[A-Za-z0-9]{1,4}\}?)?(?![A-Za-z])"
 _PHRASE_WORD = rf"(?!(?:{_NOT_IN_PHRASE})(?![A-Za-z]))[A-Za-z]+(?:['\-][A-Za-z]+)*"
 _PHRASE = rf"{_PHRASE_WORD}(?:\s+{_PHRASE_WORD}){{0,11}}"
 _GLOSS = rf"\s*[(\[]\s*{_PHRASE}\s*[)\]]"
+_BASE_WORDS = "two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen"
 _NUMBER_ANSWER = re.compile(
     rf"""(?:\\?\$\s*)?                                             # currency: "\$13"
     (?P<sign>[+-]?)\s*(?P<digits>[0-9]+)(?P<fraction>\.[0-9]+)?     # "- 4", "13.0", "3.5"
+    (?:\s*_\s*(?:\{{\s*\(?\s*(?:\\(?:text|mathrm|rm)\s*\{{\s*)?(?P<base>[0-9]{{1,2}}|{_BASE_WORDS})\s*\}}?\s*\)?\s*\}}
+                 |(?P<base_bare>[0-9]))                              # a base: "1044_5", "1044_{{(5)}}"
+       |\s+(?:in\s+)?base[\s-]*(?P<base_word>[0-9]{{1,2}}|{_BASE_WORDS})(?![A-Za-z0-9]))?  # "1044 in base 5"
     (?:\s*(?:\\times|\\cdot|\\ast|\*|x|\u00d7|\u00b7)\s*10\s*\^\s*           # scientific notation
          (?:\{{\s*(?P<exp>[+-]?\s*[0-9]{{1,4}})\s*\}}|(?P<exp_bare>[0-9]{{1,4}}))
        |e(?P<exp_e>[+-]?[0-9]{{1,4}})                                  # "3.5e4"
@@ -97,20 +104,15 @@ _SCALE_EXPONENTS = {"hundred": 2, "thousand": 3, "million": 6, "billion": 9, "tr
 # A sentence frame before the value (G3), "The largest $n$ is 34.", "There are 34 ways.", "The final
 # answer is $17$" (the Minerva prompt's format): words, variables (with sub- and superscripts, no
 # value of their own: "$a_{10}$", "$x^2$"), Greek letters and text commands, up to the value.
-_GREEK = (
-    "alpha|beta|gamma|delta|epsilon|varepsilon|zeta|eta|theta|vartheta|iota|kappa|lambda|mu|nu|xi|rho|sigma"
-    "|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega"
-)
-# A variable, its coefficient glued to it ("2a"), its sub- and superscripts ("a_{10}", "x^2").
-_VARIABLE = r"[0-9]*[A-Za-z](?:\s*[_^]\s*(?:\{[A-Za-z0-9,+\-]{1,8}\}|[A-Za-z0-9]))*"
+# A variable: a name (answer_markup.SYMBOL, G6's too), its coefficient glued to it ("2a"), a power ("x^2").
+_VARIABLE = rf"[0-9]*{SYMBOL}(?:\s*\^\s*(?:\{{[A-Za-z0-9,+\-]{{1,8}}\}}|[A-Za-z0-9]))?"
 _FRAME = re.compile(
-    rf"""(?:(?:{_VARIABLE}(?:\s*(?:[-+*/]|\\cdot)\s*{_VARIABLE})+          # "a+b", "m + n", "2a - b"
-         |[A-Za-z](?:\s*[_^]\s*(?:\{{[A-Za-z0-9,+\-]{{1,8}}\}}|[A-Za-z0-9]))+   # "a_{{10}}", "x^2"
+    rf"""(?:(?>{_VARIABLE}(?:\s*(?:[-+*/]|\\cdot)\s*{_VARIABLE})+          # "a+b", "m + n", "2a - b"
+         |{SYMBOL}(?:\s*\^\s*(?:\{{[A-Za-z0-9,+\-]{{1,8}}\}}|[A-Za-z0-9]))?  # "a_{{10}}", "I_{{\max}}", "x^2"
          |[A-Za-z]+(?:['\u2019\-][A-Za-z]+)*                               # a word, "it's", "two-digit"
-         |\\(?:{_GREEK})(?![A-Za-z])
          |\\(?:text|textbf|textit|mathrm|mbox|emph)\s*\{{[^{{}}$0-9]*\}})
        (?:\s*[,:]\s*|\s+|(?<=\}})))+
-    (?=(?:\\?\$\s*)?[+-]?\s*[0-9])""",
+    (?=(?:\\?\$\s*)?(?:\\left)?\(?\s*[+-]?\s*[0-9])""",
     re.VERBOSE,
 )
 # Words that hedge a frame wherever they stand ("Probably the answer is 34", "The answer is at least
@@ -124,10 +126,20 @@ _FRAME_HEDGE = re.compile(
     r")(?![a-z])"
 )
 _FRAME_LAST_WORD = re.compile(
-    r"(?<![a-z])(?:about|around|over|under|above|below|beyond|within|near|up\s+to|close\s+to|of|by|from|per|not"
-    r"|no|twice|thrice|half|double|triple|times|squared|cubed|sqrt|root|plus|minus|negative|least|most|and"
-    r"|between|with|mod|modulo)[\s,:]*$"
+    r"(?<![a-z])(?:about|around|over|under|above|below|beyond|within|near|up\s+to|close\s+to|from|per|not"
+    r"|no|twice|thrice|half|double|triple|times|squared|cubed|sqrt|root|plus|minus|least|most|and"
+    r"|between|mod|modulo"
+    # "of" and "by" are prepositions ("a profit of", "grows by"), an operation only after its noun or verb
+    r"|(?:half|thirds?|quarters?|fourths?|fifths?|tenths?|fraction|percent(?:age)?|square|cube|root|sum|product"
+    r"|difference|quotient|remainder|multiples?|factors?|divisors?|powers?|log(?:arithm)?|factorial|average|mean"
+    r"|median|reciprocal|inverse|opposite|double|twice|triple|part|portion|rest|most|least|none)\s+of"
+    r"|(?:divided|multiplied|divisible|scaled|dividing|multiplying|times|multiple)\s+by)[\s,:]*$"
 )
+# A signed number in parentheses is the number, "(-3)" (a substitution's typography); so is a number in
+# parentheses before its base, "(1044)_5". "(3)" alone stays: an option or a list marker.
+_BRACKETED_NUMBER = re.compile(r"^(?:\\left)?\(\s*([+-]\s*[0-9]+(?:\.[0-9]+)?)\s*(?:\\right)?\)(?=\s*$|\s*[^\s_^0-9(])"
+                               r"|^\(\s*([0-9]+)\s*\)(?=\s*_)")
+_NEGATIVE = re.compile(r"(?<![a-z])negative[\s,:]*$")  # "The answer is negative 34": the sign, -34
 _TEXT_COMMAND = re.compile(r"\\[A-Za-z]+\s*\{([^{}]*)\}")
 # A side of an equation or a congruence (deviation 26, G2).
 _SIDES = re.compile(r"=|\\equiv(?![A-Za-z])|\u2261")
@@ -242,6 +254,10 @@ def _read_statement(text: str) -> tuple[str | None, str, str]:
         if hedge is not None:
             return None, "malformed", f"{hedge[0].strip()!r} before the value hedges or changes it"
         raw = peel(raw[frame.end() :])
+        if _NEGATIVE.search(words) and raw[:1].isdigit():
+            raw = "-" + raw
+    if raw[:1] == "(" or raw[:5] == "\\left":  # G2: "(-3)", "\\left( -3 \\right)", "(1044)_5"
+        raw = _BRACKETED_NUMBER.sub(lambda m: m[1] or m[2], raw, count=1)
     raw, restated = _cut_working(raw)
     t = peel(_INLINE_TEXT.sub(r"\1", raw))  # the plain words, for the checks below
     if not t:
@@ -370,6 +386,12 @@ def _read_number(text: str) -> tuple[str | None, str, str] | None:
     m = _NUMBER_ANSWER.fullmatch(text) or _NUMBER_ANSWER.fullmatch(_INLINE_TEXT.sub(r"\1", text))
     if m is None:
         return None
+    base = m["base"] or m["base_bare"] or m["base_word"]
+    if base is not None:  # G2: a value in a base is its digits, which the base must allow
+        b = int(base) if base.isdigit() else _NUMBER_WORDS[base.lower()]
+        wrong = [digit for digit in m["digits"] if int(digit) >= b]
+        if not 2 <= b <= 36 or wrong or m["fraction"]:
+            return None, "malformed", f"{m['digits']} is not an integer written in base {base}"
     value, integral = _number_value(m)
     for words in (m["gloss"], m["gloss_after"], m["phrase"]):
         if words and any(spelled != value for spelled in spelled_numbers(words)):

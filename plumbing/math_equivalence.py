@@ -17,10 +17,11 @@ import time
 
 from plumbing import math_workers, sympy_guard
 from plumbing.answer_markup import (
-    CLAUSE, MAX_ANSWER_CHARS, MODULUS, PLACEHOLDER, as_integer, balanced, before_clause, boxes_in,
-    collapse_thousands, peel,
+    ASSIGNED, CLAUSE, MAX_ANSWER_CHARS, MODULUS, PLACEHOLDER, as_integer, balanced, before_clause, boxes_in,
+    collapse_thousands, peel, symbol_key,
 )  # fmt: skip
 from plumbing.final_answer import extract_final
+from plumbing.math_domains import as_intervals
 
 # --- math mode: our extraction and normalisation, math-verify's equivalence ------------------
 
@@ -28,7 +29,7 @@ _MATH_REWRITES = (
     ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\displaystyle", ""),
     ("\u03c0", "\\pi"), ("\u00b0", "^\\circ"), ("\u221e", "\\infty"), ("\u00d7", "\\times"),
     ("\u00b7", "\\cdot"), ("\u2264", "\\le"), ("\u2265", "\\ge"), ("\\$", ""), ("\u2205", "\\emptyset"),
-    ("\u2216", "\\setminus"), ("\u2261", "\\equiv"),
+    ("\u2216", "\\setminus"), ("\u2261", "\\equiv"), ("\u2260", "\\neq"),
 )  # fmt: skip
 # The empty set in its notations (G6), all written "\emptyset": "\varnothing", "\{\}", "\{ \}",
 # "\left\{ \right\}" (\left and \right are gone by then), "\O", "\text{empty set}"; and the set
@@ -47,6 +48,7 @@ _MATH_ELLIPSIS = re.compile(r"\\[lcv]?dots(?![A-Za-z])|\u2026|\.\.\.")
 _LATEX_SPACING = re.compile(r"(?<!\\)\\[,;: !]")
 _LEFT_RIGHT = re.compile(r"\\(?:left|right)(?![A-Za-z])")  # but not \leftarrow
 _SPACES = re.compile(r"\s+")
+_NAME_BEFORE_ARGUMENTS = re.compile(r"(?<=[A-Za-z}])\s+\((?=[^()]*\))")  # "\Phi (x,y)": one spelling of a call
 
 
 # A repeating decimal (deviation 27): "0.\overline{6}", "0.1\overline{6}", "1.\bar{3}", "0.\dot{3}",
@@ -89,7 +91,7 @@ def normalise_math(text: str) -> str:
                 text = MODULUS.sub(lambda m: f" \\pmod{{{(m['modulus'] or m['modulus_bare']).strip()}}}", text)
                 text = _SPACES.sub(" ", text.replace("\\equiv", " \\equiv ")).strip()
         if text == before:
-            return text
+            return as_intervals(_NAME_BEFORE_ARGUMENTS.sub("(", text))  # G6: domains as intervals; "f (x)" is "f(x)"
 
 
 def _repeating_as_fraction(m: re.Match) -> str:
@@ -115,6 +117,12 @@ def math_ground_truth(ground_truth: str) -> str:
             f"characters or has unbalanced braces: fix the dataset row"
         )
     return truth
+
+
+@functools.lru_cache(maxsize=65536)
+def _truth_refusal(truth: str) -> str | None:
+    """Why a (normalised) ground truth is too expensive to evaluate, as an answer would be (G7)."""
+    return sympy_guard.refusal(truth)
 
 
 def _is_set_answer(truth: str) -> bool:
@@ -151,22 +159,37 @@ def _math_candidate(text: str, truth: str) -> tuple[str | None, str, str]:
         return None, "multiple_answers", f"an ellipsis {ellipsis.group()!r} where the answer has none"
     if not truth_is_set and _top_level_comma(pred):  # deviation 28: "(-\\infty, \\infty)" is one value
         return None, "multiple_answers", "a list where one value is expected"
+    if identity_key(pred) == identity_key(truth):
+        return pred, "", ""  # the ground truth as written: right, however expensive to evaluate (G7)
     refusal = sympy_guard.refusal(pred)
     if refusal is not None:  # deviation 29, G7: refused before parsing
         return None, "malformed", refusal
     return pred, "", ""
 
 
+_ONE_TOKEN_SCRIPT = re.compile(r"([_^])\{\s*([A-Za-z0-9]|\\[A-Za-z]+)\s*\}")
+
+
+def identity_key(text: str) -> str:
+    """text (normalised) without what LaTeX does not print: spaces, braces around a one-token script
+    ("3^{3^{3}}" and "3^{3^3}" are one text)."""
+    while True:
+        key = _ONE_TOKEN_SCRIPT.sub(r"\1\2", text.replace(" ", ""))
+        if key == text:
+            return key
+        text = key
+
+
 # A relation as the ground truth (G6): "a + z = 0", "x^2 + y^2 = 1". math-verify 0.9.0 reads an
 # equation whose left side is only symbols as an assignment and compares right-hand sides, so a bare
 # "0" equals "a + z = 0" there. Here a prediction without "=" is wrong against an equation, unless
-# that equation assigns one variable ("x = 5", "y = 2x + 3", "f(x) = x^2", "x = 1, y = 2"): the
-# variable asked for, whose value the prediction may state alone. A prediction that is an equation
-# is compared by math-verify as before ("m + n = 85" against 85 states the asked sum).
+# that equation assigns one variable: one side is a name (answer_markup.ASSIGNED, one definition of
+# it for every spelling: "x", "I", "V_{0}", "I_{\max }", "\Phi (x,y)", "f(2)"), the variable asked
+# for. Against such an assignment a value is compared with its other side, and so is the other side
+# of a prediction that assigns the same name ("I_{max} = 5" for "I_{\max} = 5"): the name never goes
+# to the parser, which reads "I" as the imaginary unit and "\Phi (x,y)" as a product. A prediction
+# that is an equation of anything else is compared whole by math-verify ("m + n = 85" against 85).
 _TOP_EQUALS = re.compile(r"(?<![<>!:\\])=(?!=)")
-_ASSIGNED = re.compile(
-    r"\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?'*(?:\s*\(\s*[A-Za-z](?:\s*,\s*[A-Za-z])*\s*\))?\s*"
-)
 
 
 def _is_relation(text: str) -> bool:
@@ -176,9 +199,66 @@ def _is_relation(text: str) -> bool:
         return False
     for item in _top_level_split(text, ","):
         sides = _top_level_split(item, "=")
-        if len(sides) > 1 and not (len(sides) == 2 and any(_ASSIGNED.fullmatch(side) for side in sides)):
+        if len(sides) > 1 and not (len(sides) == 2 and any(ASSIGNED.fullmatch(side) for side in sides)):
             return True
     return False
+
+
+def _assignment(text: str) -> tuple[str, str] | None:
+    """(the name's key, the value) when text (normalised) is one equation that assigns one variable
+    ("I_{\\max} = \\frac{V}{R}" -> ("I_max", "\\frac{V}{R}"), "5 = x" -> ("x", "5")), else None."""
+    if "=" not in text or _top_level_comma(text):
+        return None
+    sides = _top_level_split(text, "=")
+    if len(sides) != 2:
+        return None
+    for name, value in (sides, sides[::-1]):
+        if ASSIGNED.fullmatch(name) and value.strip() and not ASSIGNED.fullmatch(value):
+            return symbol_key(name), value.strip()
+    if ASSIGNED.fullmatch(sides[0]) and sides[1].strip():  # "y = x": the left side names it
+        return symbol_key(sides[0]), sides[1].strip()
+    return None
+
+
+# A number written in a base (G2): "1044_5", "1044_{5}", "(1044)_5", "1044_{(5)}", "\text{1A}_{16}".
+_IN_BASE = re.compile(r"\(?(?:\\text\{)?([0-9][0-9A-Za-z]*)\}?\)?\s*_\s*\{?\s*\(?\s*([0-9]{1,2})\s*\)?\s*\}?")
+
+
+def _against_base(pred: str, truth: str) -> tuple[str, str]:
+    """(prediction, ground truth) to compare (G2): a number in a base is its digits, so "1044_5" and
+    "1044" are one answer when one side names the base and the other does not; two bases must agree."""
+    in_pred, in_truth = _base_reading(pred), _base_reading(truth)
+    if in_pred is None and in_truth is None:
+        return pred, truth
+    if in_pred is not None and in_truth is not None:  # compared as written, digits and base: "1044_6" != "1044_5"
+        return (f"{in_pred[1].lstrip('0')}_{{{int(in_pred[2])}}}", f"{in_truth[1].lstrip('0')}_{{{int(in_truth[2])}}}")
+    digits = (in_pred or in_truth)[1]
+    other = truth if in_pred is not None else pred
+    if not other.isalnum():
+        return pred, truth
+    return (digits, truth) if in_pred is not None else (pred, digits)
+
+
+def _base_reading(text: str) -> re.Match | None:
+    """The _IN_BASE match of text when each of its digits is a digit of its base (2 to 36), else None."""
+    m = _IN_BASE.fullmatch(text) if "_" in text else None
+    if m is None or not 2 <= int(m[2]) <= 36:
+        return None
+    return m if all(int(digit, 36) < int(m[2]) for digit in m[1]) else None
+
+
+def _against_assignment(pred: str, truth: str) -> tuple[str, str]:
+    """(prediction, ground truth) to compare (G6): their values when the ground truth assigns one
+    variable and the prediction is a value or assigns the same name; else both whole."""
+    assigned = _assignment(truth)
+    if assigned is None:
+        return pred, truth
+    if len(_top_level_split(pred, "=")) == 1:
+        return pred, assigned[1]
+    own = _assignment(pred)
+    if own is not None and own[0] == assigned[0]:
+        return own[1], assigned[1]
+    return pred, truth
 
 
 def _top_level_split(text: str, separator: str) -> list[str]:
@@ -241,15 +321,25 @@ def score_math(response: str, ground_truth: str, timeout_s: float) -> tuple[bool
         bare = [pred for pred in distinct if len(_top_level_split(pred, "=")) == 1]
         if bare:
             return False, bare[0], "wrong", f"the ground truth {truth[:60]!r} is a relation, not a value"
+    pairs = {pred: _against_base(*_against_assignment(pred, truth)) for pred in distinct}  # G6, G2
     verdicts: dict[str, bool] = {}
-    for pred in distinct:  # decided without the parser: same string, or two plain integers
-        if pred == truth:
+    for pred, (left, right) in pairs.items():  # decided without the parser: same string, or two plain integers
+        if identity_key(left) == identity_key(right):
             verdicts[pred] = True
-        elif as_integer(pred) is not None and as_integer(truth) is not None:
-            verdicts[pred] = as_integer(pred) == as_integer(truth)
-    pending = [pred for pred in distinct if pred not in verdicts]
-    if pending:
-        reply = math_workers.ask({"truth": truth, "preds": pending}, deadline - time.monotonic())
+        elif _base_reading(left) is not None and _base_reading(right) is not None:
+            verdicts[pred] = False  # two numbers in bases, not written alike
+        elif as_integer(left) is not None and as_integer(right) is not None:
+            verdicts[pred] = as_integer(left) == as_integer(right)
+    by_truth: dict[str, list[str]] = {}
+    for pred, (left, right) in pairs.items():
+        if pred not in verdicts:
+            by_truth.setdefault(right, []).append(pred)
+    costly = next((refusal for target in by_truth if (refusal := _truth_refusal(target)) is not None), None)
+    if costly is not None:  # G7: guarded as an answer is; a verifier exception, never a wrong answer
+        detail = f"not evaluated: the ground truth is too expensive to evaluate ({costly[:120]}); only an answer written as it is is decided"
+        return False, distinct[0], "timeout", detail
+    for target, pending in by_truth.items():
+        reply = math_workers.ask({"truth": target, "preds": [pairs[p][0] for p in pending]}, deadline - time.monotonic())
         if reply["status"] == "bad_ground_truth":
             raise ValueError(
                 f"mode='math' ground truth {ground_truth!r} cannot be parsed by math-verify "

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import verifier  # noqa: E402
-from plumbing import math_workers  # noqa: E402
+from plumbing import math_verify_process  # noqa: E402
 from verifier import REASONS, score  # noqa: E402
 
 FEW = settings(max_examples=60, deadline=None)
@@ -214,7 +214,7 @@ def test_math_kinds_table(response, truth, correct, reason):
 
 
 def test_decimal_tolerance_is_relative_and_documented():
-    assert math_workers.DECIMAL_REL_TOL == (5, 10**6)
+    assert math_verify_process.DECIMAL_REL_TOL == (5, 10**6)
     # relative: the same 5-digit error is fine at any scale only within 5e-6 of the value
     for exponent in (-30, -7, 0, 7, 30):
         truth = f"\\frac{{10^{{{exponent}}}}}{{3}}"
