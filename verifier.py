@@ -379,12 +379,12 @@ def _other_result(final, pred: str) -> str | None:
     """Why the response states a final value other than pred (G5), else None: a value the text
     states as a result from the final statement on, or after an earlier explicit statement of pred
     (an "Answer:" line, a box) up to the final one (plumbing/result_statements.py)."""
-    for _, value in results_stated(final.data, final.final_at, len(final.data)):
+    for _, value in results_stated(final.data, final.final_at, len(final.data), pred):
         if value != pred:
             return f"the final answer {pred} and the text from it on, which states {value} as the result"
     for text, end in final.anchors:
-        if end < final.final_at and section_value(text) == pred:
-            for _, value in results_stated(final.data, end, final.final_at):
+        if end <= final.final_start and section_value(text) == pred:
+            for _, value in results_stated(final.data, end, final.final_start, pred):
                 if value != pred:
                     return f"{pred} stated, then {value} as the result, then {pred} again as the final answer"
     return None

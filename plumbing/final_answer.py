@@ -29,18 +29,22 @@ class Final(NamedTuple):  # a NamedTuple: built once per response in the hot loo
     section: tuple[str, ...] = ()  # the other values of the final answer section (deviation 23)
     boxes_only: bool = False  # no "Answer:" marker: the final statement is the last box
     same_line: tuple[str, ...] = ()  # boxes-only: the boxes on the last box's line outside the section
-    # G5: the response's bytes (as read: G1) and where the final statement starts; from there on,
-    # every value stated as a result must be the final one (plumbing/result_statements.py)
+    # G5: the response's bytes (as read: G1), where the final statement starts, and where the text
+    # it holds starts (an "Answer:" line's value, a box's contents; a tag's end): from there on,
+    # every value stated as a result must be the final one
+    # (plumbing/result_statements.py)
     data: bytes = b""
+    final_start: int = 0
     final_at: int = 0
-    # G5: earlier explicit statements (Answer: lines, boxes) within SECTION_REACH, as (text, end
-    # offset): after one of the final value, the text up to final_at must state no other result
+    # G5: earlier explicit statements (Answer: lines, boxes) within reach, as (text, end offset):
+    # after one of the final value, the text up to final_start must state no other result
     anchors: tuple[tuple[str, int], ...] = ()
 
 
 # More "Answer:" lines than this before the final one is spam, not an answer (and would cost work).
 MAX_ANSWER_LINES = 16
 SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
+ANCHOR_REACH = 1024  # bytes before the final statement in which a box of the same value is an anchor (G5)
 _SPAM = Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
@@ -84,11 +88,11 @@ _MARKER = re.compile(rb"(?i:answer)[ \t*_}]{0,8}(?::|\xef\xbc\x9a)")  # "Answer:
 # "<|eom_id|>", "<|start_header_id|>"; Llama 4 "<|eot|>", "<|header_start|>"; Phi-3 "<|end|>",
 # "<|user|>"; Cohere "<|END_OF_TURN_TOKEN|>"; Granite "<|end_of_text|>", "<|start_of_role|>"; GLM
 # "<|observation|>"; Kimi "<|im_user|>"; gpt-oss "<|return|>", "<|call|>"; GPT-2 and Qwen
-# "<|endoftext|>"), Llama 2 and Mistral "</s>", "<s>", "[INST]", Gemma "<end_of_turn>",
+# "<|endoftext|>"), Llama 2 and Mistral "</s>", "<s>", Gemma "<end_of_turn>",
 # "<start_of_turn>", "<eos>", Idefics "<end_of_utterance>", DeepSeek "<｜end▁of▁sentence｜>",
 # "<｜User｜>" (full-width bars U+FF5C, "▁" U+2581).
 _TURN_TOKEN = re.compile(
-    rb"<\|([A-Za-z][A-Za-z0-9_]{2,30})\|>|</s>|<s>|<eos>|<pad>|<(?:end|start)_of_turn>|<end_of_utterance>|\[INST\]"
+    rb"<\|([A-Za-z][A-Za-z0-9_]{2,30})\|>|</s>|<s>|<eos>|<pad>|<(?:end|start)_of_turn>|<end_of_utterance>"
     rb"|<\xef\xbd\x9c([^<>\n]{1,60}?)\xef\xbd\x9c>"
 )
 _TURN_NAMES = frozenset(
@@ -99,11 +103,11 @@ _TURN_NAMES = frozenset(
 )
 # The end of a reasoning block (G1, deviation 12): only the text after the last one counts, and an
 # opener after it with no end means the reasoning never finished. DeepSeek-R1, Qwen3 and most
-# "<think>"; Seed "<seed:think>"; Magistral "[THINK]"; Kimi "◁think▷"; OpenThoughts and Bespoke
+# "<think>"; Seed "<seed:think>"; Kimi "◁think▷"; OpenThoughts and Bespoke
 # "<|begin_of_thought|>". gpt-oss' harmony format has channels instead (_final_channel).
-_REASONING_ENDS = (b"</think>", b"</seed:think>", b"[/THINK]", "\u25c1/think\u25b7".encode(), b"<|end_of_thought|>")
-_REASONING_OPENERS = (b"<think>", b"<seed:think>", b"[THINK]", "\u25c1think\u25b7".encode(), b"<|begin_of_thought|>")
-_REASONING_HINTS = (b"think", b"THINK", b"_thought|>")  # one is in every spelling above: cheap finds first
+_REASONING_ENDS = (b"</think>", b"</seed:think>", b"<|end_of_thought|>")
+_REASONING_OPENERS = (b"<think>", b"<seed:think>", b"<|begin_of_thought|>")
+_KIMI_OPENER, _KIMI_END = "\u25c1think\u25b7".encode(), "\u25c1/think\u25b7".encode()
 # gpt-oss' harmony format: messages "<|start|>assistant<|channel|>NAME ...<|message|>TEXT<|end|>", the
 # answer in the one on the "final" channel, ended by "<|return|>" (or "<|end|>", "<|call|>").
 _FINAL_CHANNEL = re.compile(rb"<\|channel\|>\s*final(?![A-Za-z0-9_])[^<]{0,200}?(?:<\|constrain\|>[^<]{0,100})?<\|message\|>")
@@ -150,37 +154,39 @@ def _value_line(data: bytes, colon_end: int, end: int) -> tuple[str, int]:
     return data[j:line_end].decode("utf-8", "replace"), line_end
 
 
-def _response_text(data: bytes) -> tuple[bytes, int] | Final:
+def _response_text(data: bytes, ascii_text: bool) -> tuple[bytes, int] | Final:
     """(the bytes that count, where the final answer may start) of a response (G1): up to the first
     token that ends the turn, after the last end of a reasoning block; for a harmony response, its
-    final channel's message. A Final with reason no_answer when the reasoning never finished."""
-    if b"<|channel|>" in data:  # harmony: the last final-channel message, up to its end
-        final = None
-        for final in _FINAL_CHANNEL.finditer(data):
-            pass
-        if final is None:
-            return Final(reason="no_answer", detail="a harmony response with no final-channel message")
-        end = _MESSAGE_END.search(data, final.end())
-        return data[final.end() : end.start() if end else len(data)], 0
-    if b"<" in data or b"[INST]" in data:
+    final channel's message. A Final with reason no_answer when the reasoning never finished.
+    Every token spelling holds a "<", or a non-ASCII character: two O(1)-ish checks for the rest."""
+    start = 0
+    if b"<" in data:
+        if b"<|channel|>" in data:  # harmony: the last final-channel message, up to its end
+            final = None
+            for final in _FINAL_CHANNEL.finditer(data):
+                pass
+            if final is None:
+                return Final(reason="no_answer", detail="a harmony response with no final-channel message")
+            end = _MESSAGE_END.search(data, final.end())
+            return data[final.end() : end.start() if end else len(data)], 0
         for token in _TURN_TOKEN.finditer(data):
             name = token[1] or token[2]
             if name is None or name.lower().replace("\u2581".encode(), b"_").decode("utf-8", "replace") in _TURN_NAMES:
                 data = data[: token.start()]
                 break
-    start = 0
-    for hint in _REASONING_HINTS:
-        if hint in data:
-            break
-    else:
-        return data, 0  # the common case: no tag of any kind
-    for closing in _REASONING_ENDS:
-        close = data.rfind(closing)
-        if close >= 0:
-            start = max(start, close + len(closing))
-    for opening in _REASONING_OPENERS:
-        if data.find(opening, start) >= 0:
-            return Final(reason="no_answer", detail="an unclosed reasoning block (<think>): it never finished")
+        if b"think>" in data or b"_thought|>" in data:
+            for closing in _REASONING_ENDS:
+                close = data.rfind(closing)
+                if close >= 0:
+                    start = max(start, close + len(closing))
+            for opening in _REASONING_OPENERS:
+                if data.find(opening, start) >= 0:
+                    return Final(reason="no_answer", detail="an unclosed reasoning block (<think>): it never finished")
+    if not ascii_text and _KIMI_OPENER[:3] in data:  # "◁think▷ ... ◁/think▷"
+        close = data.rfind(_KIMI_END)
+        start = max(start, close + len(_KIMI_END)) if close >= 0 else start
+        if data.find(_KIMI_OPENER, start) >= 0:
+            return Final(reason="no_answer", detail="an unclosed reasoning block (◁think▷): it never finished")
     return data, start
 
 
@@ -196,12 +202,12 @@ def extract_final(response: str) -> Final:
     from their colons too (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
-    read = _response_text(data)  # G1: the part of the response that can hold its final answer
+    read = _response_text(data, response.isascii())  # G1: the part of the response that can hold its final answer
     if isinstance(read, Final):
         return read
     data, start = read
     tags = b"<" in data
-    hashes = data.rfind(b"####", start) if b"####" in data else -1  # GSM8K's marker, "#### 18"
+    hashes = data.rfind(b"####", start) if b"#" in data else -1  # GSM8K's marker, "#### 18"
     if hashes >= 0 and not (_HASH_MARKER.match(data, hashes) and (hashes == start or data[hashes - 1] in b"\n .")):
         hashes = -1
     # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
@@ -240,7 +246,8 @@ def extract_final(response: str) -> Final:
             return _SPAM
         candidates = (content, *(box_contents(data, box) for box in later))
         anchors = _box_anchors(data, start, tag_start)
-        return Final(candidates=candidates, section=(*before, *after), data=data, final_at=tag_start, anchors=anchors)
+        return Final(candidates=candidates, section=(*before, *after), data=data, final_start=tag_start, final_at=tag_end,
+                     anchors=anchors)  # fmt: skip
     last = last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
         content, box_end = box_span(data, last)
@@ -253,7 +260,8 @@ def extract_final(response: str) -> Final:
         same_line = tuple(box_contents(data, box) for box in box_starts(data, line_start, section_start))
         anchors = _box_anchors(data, start, last.start())
         return Final(candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line,
-                     data=data, final_at=last.start(), anchors=anchors)  # fmt: skip
+                     data=data, final_start=last.start(), final_at=_contents_at(data, content, last.start(), box_end),
+                     anchors=anchors)  # fmt: skip
     if echoed:
         return Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     stated = _last_answer_sentence(data, start)
@@ -288,7 +296,7 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
     if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
         if before is None:
             return _SPAM
-        return Final(candidates=(line,), earlier=earlier_values, data=data, final_at=j, anchors=anchors)
+        return Final(candidates=(line,), earlier=earlier_values, data=data, final_start=i, final_at=j, anchors=anchors)
     # deviation 17: and so must the boxes after the answer line
     spans = [box_span(data, box) for box in later]
     after = _stated_after(data, spans[-1][1] if spans else line_end)
@@ -296,7 +304,8 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
         return _SPAM
     section = (*before, *after)
     candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
-    return Final(candidates=candidates, earlier=earlier_values, section=section, data=data, final_at=j, anchors=anchors)
+    return Final(candidates=candidates, earlier=earlier_values, section=section, data=data, final_start=i, final_at=j,
+                 anchors=anchors)  # fmt: skip
 
 
 # "#### 18": GSM8K's final-answer marker, at the start of a line or after a full stop, followed by a
@@ -317,9 +326,15 @@ def _last_answer_sentence(data: bytes, start: int) -> tuple[int, int] | None:
     return None if last is None else (last.start(), last.end())
 
 
+def _contents_at(data: bytes, content: str, start: int, end: int) -> int:
+    """Where a box's contents start in data[start:end] (its end when they are not found as such)."""
+    at = data.rfind(content.encode("utf-8", "replace"), start, end)
+    return at if at >= 0 else end
+
+
 def _box_anchors(data: bytes, start: int, p: int) -> tuple[tuple[str, int], ...]:
-    """(contents, end) of the boxes within SECTION_REACH before offset p (G5 anchors)."""
-    lo = max(start, p - SECTION_REACH)
+    """(contents, end) of the boxes within ANCHOR_REACH bytes before offset p (G5 anchors)."""
+    lo = max(start, p - ANCHOR_REACH)
     if data.find(b"box", lo, p) < 0:  # the common case
         return ()
     anchors = []

@@ -23,22 +23,29 @@ from __future__ import annotations
 
 import re
 
-from plumbing.answer_markup import collapse_thousands
 from plumbing.integer_answer import integer_candidate, spelled_numbers
 
 MAX_RESULTS = 16  # values read from one stretch of text (bounded work); more is spam anyway
-_CONTEXT = 120  # bytes before a number that are looked at (its sentence, at most)
-# A number in digits (digit groups, a decimal part, a sign read apart), or a run of number words.
-_NUMBER = re.compile(
-    rb"(?<![0-9A-Za-z.,_^\\])[0-9]+(?:,[0-9]{3})*(?:\.[0-9]+)?(?![0-9A-Za-z]|\.[0-9]|,[0-9]{3})"
-    rb"|(?i:(?<![A-Za-z])(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
-    rb"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)"
-    rb"(?:[ -](?:and )?(?:one|two|three|four|five|six|seven|eight|nine|hundred|thousand|million))*(?![A-Za-z]))"
+_CONTEXT = 100  # bytes before a number that are looked at (its sentence, at most)
+WORDS_REACH = 4096  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
+# A number in digits, with the digit groups the value grammar reads ("1,000", "1{,}000", "1\,000",
+# "1\ 000"): found by its first digit (a fast scan), the byte before it checked apart.
+_GROUP = rb"(?:[ \t]*\{[ \t]*,[ \t]*\}[ \t]*|,\\!|\\(?:[,:; !]|thinspace(?![A-Za-z]))[ \t]*|[, ~]|\xe2\x80[\x89\xaf]|\xc2\xa0)"
+_DIGITS = re.compile(rb"[0-9]+(?:" + _GROUP + rb"[0-9]{3}(?![0-9]))*(?:\.[0-9]+)?(?![0-9A-Za-z]|\.[0-9])")
+_NOT_BEFORE_DIGITS = frozenset(b"0123456789.,_^\\abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_NOT_DIGITS = re.compile(rb"[^0-9.]")
+# A run of number words ("seventeen", "twenty-one", "one hundred and five"), in the lowered text.
+_NUMBER_WORDS = re.compile(
+    rb"(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen"
+    rb"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)"
+    rb"(?:[ -](?:and )?(?:one|two|three|four|five|six|seven|eight|nine|hundred|thousand|million))*(?![a-z])"
 )
 # A word (a letter not inside a LaTeX command) or an "=": without one, a text states nothing as a result
+_LETTER_OR_EQUALS = re.compile(rb"[A-Za-z=]")  # a cheaper first look
 _WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
 # A number and the words after it, up to the end of its clause: read whole by the value grammar.
-_PHRASE = re.compile(rb"-?[^,;!?\n]{0,80}?(?=[,;!?\n]|\.(?![0-9])|\s(?:but|and|or|not|so|since)\s|$)")
+# The words after a number, up to the end of its clause: read with it by the value grammar.
+_PHRASE_REST = re.compile(rb"[^,;!?\n]{0,80}?(?=[,;!?\n]|\.(?![0-9])|\s(?:but|and|or|not|so|since)\s|$)")
 _SCALE = re.compile(rb"[ \t]+(hundred|thousand|million|billion|trillion)(?![A-Za-z])", re.IGNORECASE)
 _SCALE_DIGITS = {b"hundred": 2, b"thousand": 3, b"million": 6, b"billion": 9, b"trillion": 12}  # short scale
 _WORDS_BEFORE = re.compile(rb"[A-Za-z]+(?:'[a-z]+)?|[0-9]+|[=+\-*/^<>]|\\[A-Za-z]+|[.!?;,:]|\n\s*\n")
@@ -68,55 +75,72 @@ _OPERATOR_AFTER = re.compile(
     rb"[+\-*/^=!]|\\(?:times|cdot|div|pm|mp|ast)(?![A-Za-z])|\xc3\x97|\xc2\xb7|\xe2\x88\x92"
     rb"|(?:x|times|plus|minus|divided|multiplied|over|choose)[ \t]+[0-9(]"
 )
-_OPENERS_BEFORE = re.compile(
-    rb"(?:[ \t\n$*`({\[,~]|\\[(\[]|\\left[(\[]|\\(?:boxed|fbox|textbf|mathbf|text|mathrm|displaystyle|bf)\s*\{?)*$"
-)
-_OPERATOR_BEFORE = re.compile(
-    rb"(?:[+*/^_-]|\xc3\x97|\xc2\xb7|\\(?:times|cdot|div|frac|dfrac|tfrac|sqrt|binom|pm|mp)\s*\{?|\}\s*\{)$"
-)
-_FRACTION_BEFORE = re.compile(rb"(?:\\[dt]?frac|\\sqrt|\\binom|\})\s*\{\s*$")
+# Before a number: markup that wraps it ("$", "**", "\boxed{", "\("), stripped to reach the words.
+_MARKUP_BYTES = b" \t\n$*`({[,~"
+_MARKUP_COMMANDS = (
+    b"\\(", b"\\[", b"\\left", b"\\boxed", b"\\fbox", b"\\textbf", b"\\mathbf", b"\\text", b"\\mathrm",
+    b"\\displaystyle", b"\\bf", b"\\quad", b"\\qquad", b"\\,", b"\\;", b"\\!",
+)  # fmt: skip
+_OPERATOR_ENDS = (b"+", b"*", b"/", b"^", b"_", b"-", b"\xc3\x97", b"\xc2\xb7", b"\\times", b"\\cdot", b"\\div",
+                  b"\\frac", b"\\dfrac", b"\\tfrac", b"\\sqrt", b"\\binom", b"\\pm", b"\\mp", b"}")  # fmt: skip
+_LETTERS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _ARITHMETIC_BYTES = frozenset(b"0123456789 \t.,+-*/^()[]{}")
 _ARITHMETIC_COMMAND = re.compile(rb"\\(?:times|cdot|div|frac|dfrac|tfrac|left|right)$")
 
 
-def results_stated(data: bytes, a: int, b: int) -> list[tuple[int, str]]:
+def results_stated(data: bytes, a: int, b: int, until_not: str | None = None) -> list[tuple[int, str]]:
     """(offset, value) of each value data[a:b] states as a result (the module docstring's rule), in
-    order; at most MAX_RESULTS. Looks back before `a` only to read the words before a number.
-    Digit groups are read as the value grammar reads them ("1{,}000", "1\\,000"), and so are scale
-    words ("2.5 million"); offsets are those of that reading, in order."""
-    if a >= b or _WORD_OR_EQUALS.search(data, a, b) is None:
+    order of the digits, then of the number words; at most MAX_RESULTS. Looks back before `a` only
+    to read the words before a number. Digit groups and scale words are read as the value grammar
+    reads them ("1{,}000", "2.5 million", "12 \\text{ thousand}"). until_not: stop at the first value
+    other than it (all a caller that compares needs)."""
+    if a >= b or _LETTER_OR_EQUALS.search(data, a, b) is None or _WORD_OR_EQUALS.search(data, a, b) is None:
         return []  # the common case: a bare value ("19", "$\\boxed{19}$."), no word or "=" to state another
-    lo = max(0, a - _CONTEXT)
-    prefix = collapse_thousands(data[lo:a].decode("utf-8", "replace")).encode("utf-8", "replace")
-    text = prefix + collapse_thousands(data[a:b].decode("utf-8", "replace")).encode("utf-8", "replace")
     found: list[tuple[int, str]] = []
-    for number in _NUMBER.finditer(text, len(prefix)):
-        at, end = number.start(), number.end()
-        digits = number[0]
-        if digits[:1].isalpha():
-            values = spelled_numbers(digits.decode())
-            if len(values) != 1:
-                continue  # "one" alone: a pronoun
-            value = values[0]
-        else:
-            value = digits.replace(b",", b"").decode()
-            if scale := _SCALE.match(text, end):
-                value, end = _scaled(value, _SCALE_DIGITS[scale[1].lower()]), scale.end()
-        sign = _sign_before(text, at)
-        if sign:
-            at -= 1
-        after = _CLOSERS.match(text, end, min(len(text), end + 40)).end()
-        if _OPERATOR_AFTER.match(text, after):
-            continue  # an operand: "17 + 2", "17 = x", "7 x 8"
-        before = text[max(0, at - _CONTEXT) : at]
-        if not _stated_as_result(before) and not _TOTALS.match(text, end, min(len(text), end + 60)):
-            continue
-        phrase = _PHRASE.match(text, at)  # the value as the value grammar reads it: "12 \\text{ thousand}"
-        reading, reason, _ = integer_candidate(phrase[0].decode("utf-8", "replace")) if phrase else (None, "-", "")
-        found.append((lo + at, reading if not reason and reading is not None else _canonical(sign + value)))
-        if len(found) >= MAX_RESULTS:
-            break
+    for number in _DIGITS.finditer(data, a, b):
+        at = number.start()
+        if at > 0 and data[at - 1] in _NOT_BEFORE_DIGITS:
+            continue  # inside a word, a command or a number: "x2", "a_1", "\frac12", "1.5"
+        if _result(data, at, number.end(), None, found) or until_not is not None and found and found[-1][1] != until_not:
+            return found
+    if len(found) < MAX_RESULTS:
+        lowered = data[a : min(b, a + WORDS_REACH)].lower()
+        for words in _NUMBER_WORDS.finditer(lowered):
+            at = a + words.start()
+            if at > 0 and data[at - 1 : at].isalpha():
+                continue  # inside a word: "someone", "often"
+            values = spelled_numbers(words[0].decode())
+            if len(values) == 1 and _result(data, at, a + words.end(), values[0], found, spelled=True):
+                break  # values: [] for "one" alone, a pronoun
+            if until_not is not None and found and found[-1][1] != until_not:
+                break
     return found
+
+
+def _result(data: bytes, at: int, end: int, value: str | None, found: list, spelled: bool = False) -> bool:
+    """Append (offset, value) to found when the number data[at:end] is stated as a result; True when
+    found is full."""
+    sign = "" if spelled else _sign_before(data, at)
+    start = at - 1 if sign else at
+    head = _strip_markup(data[max(0, start - _CONTEXT) : start])
+    if not _may_state(head) and not _TOTALS.match(data, end, end + 60):
+        return False  # the common case in mathematics: after a digit, an operator, a command, a variable
+    after = _CLOSERS.match(data, end, min(len(data), end + 40)).end()
+    if _OPERATOR_AFTER.match(data, after):
+        return False  # an operand: "17 + 2", "17 = x", "7 x 8"
+    if not _stated_as_result(head) and not _TOTALS.match(data, end, end + 60):
+        return False
+    if value is None:
+        value = _NOT_DIGITS.sub(b"", data[at:end]).decode()
+        if scale := _SCALE.match(data, end):
+            value, end = _scaled(value, _SCALE_DIGITS[scale[1].lower()]), scale.end()
+    reading, reason = None, "-"
+    if not spelled:  # read as the value grammar reads it: "2.5 million", "12 \\text{ thousand}", "1{,}000"
+        rest = _PHRASE_REST.match(data, end)
+        phrase = data[start:end] + (rest[0] if rest else b"")
+        reading, reason, _ = integer_candidate(phrase.decode("utf-8", "replace"))
+    found.append((start, reading if not reason and reading is not None else _canonical(sign + value)))
+    return len(found) >= MAX_RESULTS
 
 
 def _scaled(value: str, digits: int) -> str:
@@ -143,21 +167,34 @@ def _canonical(value: str) -> str:
     return text if not sign or text == "0" else sign + text
 
 
-def _stated_as_result(before: bytes) -> bool:
-    """True when `before`, the bytes before a number, end in a statement of a result (the rule)."""
-    cut = max(before.rfind(b". "), before.rfind(b".\n"), before.rfind(b"? "), before.rfind(b"! "), before.rfind(b"\n\n"))
-    sentence = before[cut + 1 :] if cut >= 0 else before
-    if _FRACTION_BEFORE.search(sentence):
-        return False  # an operand: "\frac{17", "\frac{7}{17"
-    trail = _OPENERS_BEFORE.search(sentence)
-    head = sentence[: trail.start()] if trail else sentence
-    if _OPERATOR_BEFORE.search(head):
-        return False  # an operand: "2 \times 17", "10 - 17"
-    words = [w.lower() for w in _WORDS_BEFORE.findall(head)]
+def _may_state(head: bytes) -> bool:
+    """False when the bytes before a number (markup stripped) cannot state it as a result: they end
+    in a digit, an operator or bracket, a LaTeX command ("\\ge 2", "\\pi 2").
+    Cheap: most numbers in mathematics stop here."""
+    last = head[-1:]
+    if last in (b"=", b":"):
+        return True
+    if not last.isalpha():
+        return False
+    word = len(head) - len(head.rstrip(_LETTERS))
+    return head[-word - 1 : -word] != b"\\"
+
+
+def _stated_as_result(head: bytes) -> bool:
+    """True when `head`, the bytes before a number less the markup that ends them, end in a statement
+    of a result (the rule)."""
+    if head.endswith(_OPERATOR_ENDS):
+        return False  # an operand: "2 \\times 17", "\\frac{17", "\\frac{7}{17", "10 - 17"
+    last = head[-1:]
+    if not (last.isalpha() or last in (b"=", b":")):
+        return False  # the common case in mathematics: after a digit, a bracket, a relation
+    cut = max(head.rfind(b". "), head.rfind(b".\n"), head.rfind(b"? "), head.rfind(b"! "), head.rfind(b"\n\n"))
+    sentence = head[cut + 1 :] if cut >= 0 else head
+    words = [w.lower() for w in _WORDS_BEFORE.findall(sentence)]
     if _in_premise(words):
         return False
-    if head.endswith(b"="):
-        return _arithmetic_side(head[:-1])
+    if last == b"=":  # "10 + 7 = 17"; "so m + n = 17", "the answer is x = 17" (not "the case n = 0")
+        return _arithmetic_side(sentence[:-1]) or _concluded_equation(sentence[:-1])
     tail = words[-8:]
     for _ in range(3):
         if tail and tail[-1] in _FILLERS:
@@ -166,12 +203,26 @@ def _stated_as_result(before: bytes) -> bool:
             del tail[-2:]
     if not tail:
         return False
-    last = tail[-1]
-    if last in _COPULAS or last in _CONCLUSIONS:
+    word = tail[-1]
+    if word in _COPULAS or word in _CONCLUSIONS:
         return True
-    if last == b":":  # a label: "Correction: 17", "Total: 17" (not a ratio "3:2")
+    if word == b":":  # a label: "Correction: 17", "Total: 17" (not a ratio "3:2")
         return len(tail) > 1 and tail[-2].isalpha()
-    return last == b"to" and len(tail) > 1 and tail[-2] in _BEFORE_TO
+    return word == b"to" and len(tail) > 1 and tail[-2] in _BEFORE_TO
+
+
+def _strip_markup(text: bytes) -> bytes:
+    """text without the markup that ends it: spaces, "$", "**", brackets opened, "\\boxed{"."""
+    while True:
+        stripped = text.rstrip(_MARKUP_BYTES)
+        if stripped.endswith(_MARKUP_COMMANDS):  # rarely: then find which
+            for command in _MARKUP_COMMANDS:
+                if stripped.endswith(command):
+                    stripped = stripped[: -len(command)]
+                    break
+        if stripped == text:
+            return text
+        text = stripped
 
 
 def _in_premise(words: list[bytes]) -> bool:
@@ -200,3 +251,17 @@ def _arithmetic_side(left: bytes) -> bool:
     if not side or side[:1] in b"+-*/^" or not any(48 <= byte <= 57 for byte in side):  # 48-57: digits
         return False  # nothing, or an operator first: a variable stands before it ("m + 7 = 17")
     return at == 0 or not (left[at - 1 : at].isalpha() and left[at : at + 1] in b"([{")  # "f(2) = 5"
+
+
+
+def _concluded_equation(left: bytes) -> bool:
+    """True when the side of an equation before its "=" names what it computes ("m + n", "x") and a
+    word of conclusion or a copula stands right before it: "so m + n = 17", "the answer is x = 17"
+    (not "the case n = 0", "let x = 3")."""
+    for word in reversed(_WORDS_BEFORE.findall(left[-60:])):
+        if word in (b".", b"!", b"?", b";", b","):
+            return False
+        if word[:1] == b"\\" or not word.isalpha() or len(word) == 1:
+            continue  # a command, an operator, a digit or a variable of the side
+        return word.lower() in _CONCLUSIONS or word.lower() in _COPULAS
+    return False
