@@ -68,7 +68,11 @@ _FILLERS = frozenset(
 _FILLER_PAIRS = ((b"in", b"fact"), (b"in", b"total"), (b"in", b"all"), (b"of", b"course"))
 _PREMISES = frozenset(b"since because given where whereas as".split())
 _OPENERS = frozenset(b"so thus hence therefore but however which then giving leaving yet".split())
-_TOTALS = re.compile(rb"(?i)^[^.,;:!?\n]{0,40}?(?<![A-Za-z])(?:in\s+total|in\s+all|altogether|overall)(?![A-Za-z])")
+# A number as the subject of a verb of result: "17 are valid", "only 17 remain", "17 pairs are left".
+_SUBJECT = re.compile(
+    rb"(?i)[ \t]*(?:[A-Za-z]+(?:-[A-Za-z]+)?[ \t]+){0,3}?(?:are|is|were|was|remain|remains|remained|exist|exists|work"
+    rb"|works|qualify|qualifies|survive|survives|left|total|in\s+total|in\s+all|altogether|overall)(?![A-Za-z])"
+)
 # After a number: what makes it an operand (an operator, "=", a fraction's bar) or not.
 _CLOSERS = re.compile(rb"(?:[ \t$*`)}\]]|\\[)\]]|\\right[)\]])*")
 _OPERATOR_AFTER = re.compile(
@@ -123,12 +127,13 @@ def _result(data: bytes, at: int, end: int, value: str | None, found: list, spel
     sign = "" if spelled else _sign_before(data, at)
     start = at - 1 if sign else at
     head = _strip_markup(data[max(0, start - _CONTEXT) : start])
-    if not _may_state(head) and not _TOTALS.match(data, end, end + 60):
-        return False  # the common case in mathematics: after a digit, an operator, a command, a variable
     after = _CLOSERS.match(data, end, min(len(data), end + 40)).end()
+    subject = _SUBJECT.match(data, after, after + 60) is not None and _opens_clause(data, start, head)
+    if not subject and not _may_state(head):
+        return False  # the common case in mathematics: after a digit, an operator, a command, a variable
     if _OPERATOR_AFTER.match(data, after):
         return False  # an operand: "17 + 2", "17 = x", "7 x 8"
-    if not _stated_as_result(head) and not _TOTALS.match(data, end, end + 60):
+    if not (_premise_free(head) if subject else _stated_as_result(head)):
         return False
     if value is None:
         value = _NOT_DIGITS.sub(b"", data[at:end]).decode()
@@ -223,6 +228,25 @@ def _strip_markup(text: bytes) -> bytes:
         if stripped == text:
             return text
         text = stripped
+
+
+_CLAUSE_OPENERS = frozenset(b"only just but so thus hence therefore now then exactly however actually yet all".split())
+
+
+def _opens_clause(data: bytes, start: int, head: bytes) -> bool:
+    """True when the number at start opens its clause, as a subject does: after a line break or
+    punctuation, or a word such as "only", "but", "so" ("but only 17 are valid"; not "7 and 8 is")."""
+    raw = data[max(0, start - 8) : start].rstrip(b" \t$*`({[~")
+    if not raw or raw[-1:] in b"\n.,;:!?":
+        return True
+    word = head[len(head.rstrip(_LETTERS)) :] if head[-1:].isalpha() else b""
+    return word.lower() in _CLAUSE_OPENERS
+
+
+def _premise_free(head: bytes) -> bool:
+    """True when the number after head is not inside a clause that gives a premise ("since 17 are")."""
+    cut = max(head.rfind(b". "), head.rfind(b".\n"), head.rfind(b"? "), head.rfind(b"! "), head.rfind(b"\n\n"))
+    return not _in_premise([w.lower() for w in _WORDS_BEFORE.findall(head[cut + 1 :] if cut >= 0 else head)])
 
 
 def _in_premise(words: list[bytes]) -> bool:
