@@ -304,7 +304,7 @@ from plumbing.result_statements import results_stated
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
 
 # Changes whenever any rule changes: train and eval record it with every score.
-VERSION = "dapo-verifier-4"
+VERSION = "dapo-verifier-5"
 MODES = ("dapo", "dapo-official", "math")
 
 # Every reason code, and what it means. A Score is correct only with reason "ok".

@@ -21,7 +21,8 @@ MAX_FINAL_BOXES = 16
 # One definition of the name of a variable, shared by the sentence frames of "dapo" (G3: "The value
 # of $I_{\max}$ is 34") and the equations that assign one variable in "math" (G6: "I_{\max} =
 # \frac{V}{R}"): a letter, a Greek letter, or a styled or accented one ("\mathbf{v}", "\vec{F}",
-# "\hat{x}", "\text{speed}"); a segment or angle ("AB", "\angle ABC", "m\angle A"); then a subscript
+# "\hat{x}", "\text{speed}"); a segment, angle or triangle ("AB", "\angle ABC", "m\angle A",
+# "\triangle ABC"); then a subscript
 # of any content ("V_0", "V_{0}", "I_{\max }", "x_{\text{min}}", "a_{n+1}") and primes ("f'", "x^*",
 # "y^{\prime}"). A power ("x^2") is not part of a name.
 GREEK = (
@@ -29,7 +30,7 @@ GREEK = (
     "|tau|upsilon|phi|varphi|chi|psi|omega|Gamma|Delta|Theta|Lambda|Xi|Sigma|Phi|Psi|Omega|ell|hbar"
 )
 SYMBOL = (
-    r"(?:(?:m\s*)?\\angle\s*[A-Z]{1,3}(?![A-Za-z])|[A-Z]{2,3}(?![A-Za-z])"
+    r"(?:(?:m\s*)?\\angle\s*[A-Z]{1,3}(?![A-Za-z])|\\triangle\s*[A-Z]{3}(?![A-Za-z])|[A-Z]{2,3}(?![A-Za-z])"
     rf"|(?:[A-Za-z]|\\(?:{GREEK})|\\(?:mathbf|mathrm|mathit|mathcal|mathbb|mathsf|boldsymbol|bm|vec|hat|bar|overline"
     r"|tilde|dot|ddot|widehat|widetilde|overrightarrow|operatorname|text)\s*\{\s*[A-Za-z\\][^{}]{0,19}\})(?![A-Za-z])"
     r"(?:\s*_\s*(?:\{(?:[^{}]|\{[^{}]{0,20}\}){1,30}\}|[A-Za-z0-9]|\\[A-Za-z]+))?"

@@ -309,8 +309,8 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
 
 
 # "#### 18": GSM8K's final-answer marker, at the start of a line or after a full stop, followed by a
-# number ("#### Final Answer" is a markdown heading).
-_HASH_MARKER = re.compile(rb"####[ \t]*(?=(?:\\?\$|\*\*)?[ \t]*[+-]?[0-9])")  # a value, not a heading
+# value, not a word ("#### Final Answer" is a markdown heading).
+_HASH_MARKER = re.compile(rb"####[ \t]*(?=[^\sA-Za-z#])")  # a value ("#### 18", "#### $18$"), not a heading
 # "The answer is 18.", "So the final answer is $18$": the statement of lm-evaluation-harness'
 # gsm8k_cot and of many few-shot prompts, read only when the response has no marker, tag or box.
 _ANSWER_SENTENCE = re.compile(rb"(?i)(?<![A-Za-z])(?:the\s+)?(?:final\s+)?answer\s+is\s*:?")

@@ -139,6 +139,12 @@ _FRAME_LAST_WORD = re.compile(
 # parentheses before its base, "(1044)_5". "(3)" alone stays: an option or a list marker.
 _BRACKETED_NUMBER = re.compile(r"^(?:\\left)?\(\s*([+-]\s*[0-9]+(?:\.[0-9]+)?)\s*(?:\\right)?\)(?=\s*$|\s*[^\s_^0-9(])"
                                r"|^\(\s*([0-9]+)\s*\)(?=\s*_)")
+# A number standing among words on a side of an equation ("0 Thus m + n"), not a coefficient, index or
+# operand of the side ("2x", "a_1", "3 \times 6").
+_NUMBER_AMONG_WORDS = re.compile(
+    r"(?<![0-9A-Za-z_^.\\])(?<![_^]\{)[0-9]+(?:\.[0-9]+)?(?:[*`$)\]}]|\\[)\]])*\s+(?![a-z]\b)[A-Za-z]{2,}"
+)
+_INNER_MARKDOWN = re.compile(r"(\*\*|__|`)([^*`_\n]{1,80}?)\1")
 _NEGATIVE = re.compile(r"(?<![a-z])negative[\s,:]*$")  # "The answer is negative 34": the sign, -34
 _TEXT_COMMAND = re.compile(r"\\[A-Za-z]+\s*\{([^{}]*)\}")
 # A side of an equation or a congruence (deviation 26, G2).
@@ -243,6 +249,10 @@ def _read_statement(text: str) -> tuple[str | None, str, str]:
     (deviation 15); markup, math and spacing are peeled; a sentence frame before the value is
     checked and dropped (G3); working after the value is checked and dropped (G4); then the value,
     or the sides of an equation or congruence (deviation 26), are read."""
+    if "**" in text or "`" in text or "__" in text:  # G2: markdown inside a sentence, "The count is **17**."
+        if text.count("**") % 2:  # the half of "**Answer:** 17" or "**Answer: 17** apples" left on the line
+            text = text.replace("**", "", 1)
+        text = _INNER_MARKDOWN.sub(r"\2", text)
     text = before_clause(peel(text))  # peeled first: the clause may sit inside the wrappers
     raw = peel(_LATEX_SPACE.sub(" ", collapse_thousands(peel(text))))
     if "$" in raw or "\\(" in raw:
@@ -267,9 +277,10 @@ def _read_statement(text: str) -> tuple[str | None, str, str]:
     sides = _SIDES.split(raw)  # deviation 26: "x = 13", "17 = x", "x \equiv 3 \pmod 7": the number is the value
     readings = [_read_number(peel(side)) for side in sides]
     if len(sides) > 1 and any(
-        reading is None and _HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) for side, reading in zip(sides, readings)
-    ):
-        return None, "multiple_answers", f"several candidates in {text.strip()!r}"  # deviation 16: "x = 12 or 13"
+        reading is None and (_HEDGE.search(_INLINE_TEXT.sub(r"\1", side)) or _NUMBER_AMONG_WORDS.search(side))
+        for side, reading in zip(sides, readings)
+    ):  # deviation 16: "x = 12 or 13"; G5: "0 Thus m + n = 1" states 0 and 1
+        return None, "multiple_answers", f"several candidates in {text.strip()!r}"
     readings = [reading for reading in readings if reading is not None]
     if readings:
         reading = agree(readings)

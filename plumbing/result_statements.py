@@ -44,8 +44,9 @@ _NUMBER_WORDS = re.compile(
 _LETTER_OR_EQUALS = re.compile(rb"[A-Za-z=]")  # a cheaper first look
 _WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
 # A number and the words after it, up to the end of its clause: read whole by the value grammar.
-# The words after a number, up to the end of its clause: read with it by the value grammar.
-_PHRASE_REST = re.compile(rb"[^,;!?\n]{0,80}?(?=[,;!?\n]|\.(?![0-9])|\s(?:but|and|or|not|so|since)\s|$)")
+# The words after a number, up to the end of its clause or the next number or relation: read with it
+# by the value grammar ("2.5 million", "12 \text{ thousand}"), never as another value.
+_PHRASE_REST = re.compile(rb"[^,;!?\n=<>+*/0-9]{0,80}?(?=[,;!?\n=<>+*/0-9]|\.(?![0-9])|\s(?:but|and|or|not|so|since)\s|$)")
 _SCALE = re.compile(rb"[ \t]+(hundred|thousand|million|billion|trillion)(?![A-Za-z])", re.IGNORECASE)
 _SCALE_DIGITS = {b"hundred": 2, b"thousand": 3, b"million": 6, b"billion": 9, b"trillion": 12}  # short scale
 _WORDS_BEFORE = re.compile(rb"[A-Za-z]+(?:'[a-z]+)?|[0-9]+|[=+\-*/^<>]|\\[A-Za-z]+|[.!?;,:]|\n\s*\n")
@@ -83,7 +84,7 @@ _OPERATOR_AFTER = re.compile(
 _MARKUP_BYTES = b" \t\n$*`({[,~"
 _MARKUP_COMMANDS = (
     b"\\(", b"\\[", b"\\left", b"\\boxed", b"\\fbox", b"\\textbf", b"\\mathbf", b"\\text", b"\\mathrm",
-    b"\\displaystyle", b"\\bf", b"\\quad", b"\\qquad", b"\\,", b"\\;", b"\\!",
+    b"\\displaystyle", b"\\bf", b"\\quad", b"\\qquad", b"\\,", b"\\;", b"\\!", b"\\",  # "\\" left of "\\(", "\\["
 )  # fmt: skip
 _OPERATOR_ENDS = (b"+", b"*", b"/", b"^", b"_", b"-", b"\xc3\x97", b"\xc2\xb7", b"\\times", b"\\cdot", b"\\div",
                   b"\\frac", b"\\dfrac", b"\\tfrac", b"\\sqrt", b"\\binom", b"\\pm", b"\\mp", b"}")  # fmt: skip
@@ -201,6 +202,8 @@ def _stated_as_result(head: bytes) -> bool:
     if last == b"=":  # "10 + 7 = 17"; "so m + n = 17", "the answer is x = 17" (not "the case n = 0")
         return _arithmetic_side(sentence[:-1]) or _concluded_equation(sentence[:-1])
     tail = words[-8:]
+    if tail and tail[-1] in _CONCLUSIONS:
+        return True  # "so 17", "hence 17"
     for _ in range(3):
         if tail and tail[-1] in _FILLERS:
             tail.pop()
@@ -235,9 +238,12 @@ _CLAUSE_OPENERS = frozenset(b"only just but so thus hence therefore now then exa
 
 def _opens_clause(data: bytes, start: int, head: bytes) -> bool:
     """True when the number at start opens its clause, as a subject does: after a line break or
-    punctuation, or a word such as "only", "but", "so" ("but only 17 are valid"; not "7 and 8 is")."""
-    raw = data[max(0, start - 8) : start].rstrip(b" \t$*`({[~")
-    if not raw or raw[-1:] in b"\n.,;:!?":
+    punctuation, or a word such as "only", "but", "so" ("but only 17 are valid"; not "7 and 8 is").
+    head: the bytes before it less the markup that ends them."""
+    if not head or head[-1:] in b".,;:!?":
+        return True
+    stripped = data[max(0, start - _CONTEXT) + len(head) : start]  # the markup stripped: a line break, a comma?
+    if b"\n" in stripped or b"," in stripped:
         return True
     word = head[len(head.rstrip(_LETTERS)) :] if head[-1:].isalpha() else b""
     return word.lower() in _CLAUSE_OPENERS

@@ -419,4 +419,4 @@ def test_every_table_has_five_rows_and_known_reasons():
               TAKEN_BACK, BOXES_WITH_WORDS, EMPTY_SET, SET_DIFFERENCE, RELATIONS]  # fmt: skip
     for table in tables:
         assert len(table) >= 5 and {reason for *_, reason in table} <= set(REASONS)
-    assert verifier.VERSION == "dapo-verifier-4"
+    assert verifier.VERSION.startswith("dapo-verifier-")  # the grammar of dapo-verifier-4; 5: tests/test_verifier_general.py
