@@ -34,11 +34,10 @@ class Final(NamedTuple):  # a NamedTuple: built once per response in the hot loo
     # every value stated as a result must be the final one
     # (plumbing/result_statements.py)
     data: bytes = b""
+    text_start: int = 0  # where the text that counts starts (after the reasoning: G1)
     final_start: int = 0
     final_at: int = 0
-    # G5: earlier explicit statements (Answer: lines, boxes) within reach, as (text, end offset):
-    # after one of the final value, the text up to final_start must state no other result
-    anchors: tuple[tuple[str, int], ...] = ()
+    earlier_ends: tuple[int, ...] = ()  # where each earlier "Answer:" line ends (G5: see anchors)
 
 
 # More "Answer:" lines than this before the final one is spam, not an answer (and would cost work).
@@ -245,9 +244,8 @@ def extract_final(response: str) -> Final:
         if before is None or after is None or 1 + len(later) + len(before) + len(after) > MAX_FINAL_BOXES:
             return _SPAM
         candidates = (content, *(box_contents(data, box) for box in later))
-        anchors = _box_anchors(data, start, tag_start)
-        return Final(candidates=candidates, section=(*before, *after), data=data, final_start=tag_start, final_at=tag_end,
-                     anchors=anchors)  # fmt: skip
+        return Final(candidates=candidates, section=(*before, *after), data=data, text_start=start, final_start=tag_start,
+                     final_at=tag_end)  # fmt: skip
     last = last_box(data, start)
     if last is not None:  # deviation 7: no "Answer:" line, the last box decides
         content, box_end = box_span(data, last)
@@ -258,10 +256,9 @@ def extract_final(response: str) -> Final:
         # the boxes of the last box's line outside the section, which list a set in math mode (22)
         line_start = max(start, data.rfind(b"\n", start, last.start()) + 1)
         same_line = tuple(box_contents(data, box) for box in box_starts(data, line_start, section_start))
-        anchors = _box_anchors(data, start, last.start())
         return Final(candidates=(content,), section=(*before, *after), boxes_only=True, same_line=same_line,
-                     data=data, final_start=last.start(), final_at=_contents_at(data, content, last.start(), box_end),
-                     anchors=anchors)  # fmt: skip
+                     data=data, text_start=start, final_start=last.start(),
+                     final_at=_contents_at(data, content, last.start(), box_end))  # fmt: skip
     if echoed:
         return Final(reason="echoed_prompt", detail="the only 'Answer:' is the prompt's instruction")
     stated = _last_answer_sentence(data, start)
@@ -291,12 +288,12 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
         return Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} boxes after the final answer")
     # deviation 23: the values the final answer section states around it must agree with it
     before, _ = _section_before(data, start, i)
-    anchors = (*((value, end) for value, end in earlier), *_box_anchors(data, start, i))
-    earlier_values = tuple(value for value, _ in earlier)
+    earlier_values = tuple(value for value, _ in earlier) if earlier else ()
     if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
         if before is None:
             return _SPAM
-        return Final(candidates=(line,), earlier=earlier_values, data=data, final_start=i, final_at=j, anchors=anchors)
+        return Final(candidates=(line,), earlier=earlier_values, data=data, text_start=start, final_start=i, final_at=j,
+                     earlier_ends=tuple(end for _, end in earlier) if earlier else ())  # fmt: skip
     # deviation 17: and so must the boxes after the answer line
     spans = [box_span(data, box) for box in later]
     after = _stated_after(data, spans[-1][1] if spans else line_end)
@@ -304,8 +301,8 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
         return _SPAM
     section = (*before, *after)
     candidates = (line, *(content for content, _ in spans), *(tag[:1] if tag is not None else ()))
-    return Final(candidates=candidates, earlier=earlier_values, section=section, data=data, final_start=i, final_at=j,
-                 anchors=anchors)  # fmt: skip
+    return Final(candidates=candidates, earlier=earlier_values, section=section, data=data, text_start=start,
+                 final_start=i, final_at=j, earlier_ends=tuple(end for _, end in earlier) if earlier else ())  # fmt: skip
 
 
 # "#### 18": GSM8K's final-answer marker, at the start of a line or after a full stop, followed by a
@@ -313,23 +310,35 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
 _HASH_MARKER = re.compile(rb"####[ \t]*(?=[^\sA-Za-z#])")  # a value ("#### 18", "#### $18$"), not a heading
 # "The answer is 18.", "So the final answer is $18$": the statement of lm-evaluation-harness'
 # gsm8k_cot and of many few-shot prompts, read only when the response has no marker, tag or box.
-_ANSWER_SENTENCE = re.compile(rb"(?i)(?<![A-Za-z])(?:the\s+)?(?:final\s+)?answer\s+is\s*:?")
+_IS_AFTER_ANSWER = re.compile(rb"\s+is(?![a-z])\s*:?")
 
 
 def _last_answer_sentence(data: bytes, start: int) -> tuple[int, int] | None:
-    """(start, end) of the last "the answer is" of data[start:], else None."""
+    """(start, end) of the last "the answer is" of data[start:] (its "answer" and what follows "is"),
+    else None. Found from the end with rfind on the lowered text."""
     if b"nswer" not in data and b"NSWER" not in data:  # the common case
         return None
-    last = None
-    for last in _ANSWER_SENTENCE.finditer(data, start):
-        pass
-    return None if last is None else (last.start(), last.end())
+    low = data.lower()
+    at = low.rfind(b"answer", start)
+    while at >= start:
+        verb = _IS_AFTER_ANSWER.match(low, at + 6)
+        if verb is not None and not low[at - 1 : at].isalpha():
+            return at, verb.end()
+        at = low.rfind(b"answer", start, at)
+    return None
 
 
 def _contents_at(data: bytes, content: str, start: int, end: int) -> int:
     """Where a box's contents start in data[start:end] (its end when they are not found as such)."""
     at = data.rfind(content.encode("utf-8", "replace"), start, end)
     return at if at >= 0 else end
+
+
+def anchors(final: Final) -> list[tuple[str, int]]:
+    """(text, end offset) of the explicit statements before the final one that G5 compares: every
+    earlier "Answer:" line, and the boxes within ANCHOR_REACH bytes before it. After one that states
+    the final value, the text up to the final statement must state no other value as the result."""
+    return [*zip(final.earlier, final.earlier_ends), *_box_anchors(final.data, final.text_start, final.final_start)]
 
 
 def _box_anchors(data: bytes, start: int, p: int) -> tuple[tuple[str, int], ...]:

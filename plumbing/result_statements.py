@@ -27,7 +27,6 @@ from plumbing.integer_answer import integer_candidate, spelled_numbers
 
 MAX_RESULTS = 16  # values read from one stretch of text (bounded work); more is spam anyway
 _CONTEXT = 100  # bytes before a number that are looked at (its sentence, at most)
-WORDS_REACH = 4096  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
 # A number in digits, with the digit groups the value grammar reads ("1,000", "1{,}000", "1\,000",
 # "1\ 000"): found by its first digit (a fast scan), the byte before it checked apart.
 _GROUP = rb"(?:[ \t]*\{[ \t]*,[ \t]*\}[ \t]*|,\\!|\\(?:[,:; !]|thinspace(?![A-Za-z]))[ \t]*|[, ~]|\xe2\x80[\x89\xaf]|\xc2\xa0)"
@@ -40,6 +39,10 @@ _NUMBER_WORDS = re.compile(
     rb"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)"
     rb"(?:[ -](?:and )?(?:one|two|three|four|five|six|seven|eight|nine|hundred|thousand|million))*(?![a-z])"
 )
+WORDS_REACH = 1024  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
+# The last byte before a number (markup stripped) that lets it be stated as a result: a word's end,
+# a colon, an "=", a clause's punctuation.
+_MAY_PRECEDE = frozenset(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ:=.;!?")
 # A word (a letter not inside a LaTeX command) or an "=": without one, a text states nothing as a result
 _LETTER_OR_EQUALS = re.compile(rb"[A-Za-z=]")  # a cheaper first look
 _WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
@@ -47,6 +50,8 @@ _WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
 # The words after a number, up to the end of its clause or the next number or relation: read with it
 # by the value grammar ("2.5 million", "12 \text{ thousand}"), never as another value.
 _PHRASE_REST = re.compile(rb"[^,;!?\n=<>+*/0-9]{0,80}?(?=[,;!?\n=<>+*/0-9]|\.(?![0-9])|\s(?:but|and|or|not|so|since)\s|$)")
+# What in the words after a number can change its value's reading (a scale word, a power of ten, a base).
+_CHANGES_READING = re.compile(rb"(?i)hundred|thousand|million|billion|trillion|\\times|\\cdot|\^|_|e[+-]?[0-9]")
 _SCALE = re.compile(rb"[ \t]+(hundred|thousand|million|billion|trillion)(?![A-Za-z])", re.IGNORECASE)
 _SCALE_DIGITS = {b"hundred": 2, b"thousand": 3, b"million": 6, b"billion": 9, b"trillion": 12}  # short scale
 _WORDS_BEFORE = re.compile(rb"[A-Za-z]+(?:'[a-z]+)?|[0-9]+|[=+\-*/^<>]|\\[A-Za-z]+|[.!?;,:]|\n\s*\n")
@@ -86,6 +91,9 @@ _MARKUP_COMMANDS = (
     b"\\(", b"\\[", b"\\left", b"\\boxed", b"\\fbox", b"\\textbf", b"\\mathbf", b"\\text", b"\\mathrm",
     b"\\displaystyle", b"\\bf", b"\\quad", b"\\qquad", b"\\,", b"\\;", b"\\!", b"\\",  # "\\" left of "\\(", "\\["
 )  # fmt: skip
+_MARKUP_NAMES = frozenset(
+    b"boxed fbox textbf mathbf text mathrm displaystyle bf left quad qquad emph underline textit mbox".split()
+)
 _OPERATOR_ENDS = (b"+", b"*", b"/", b"^", b"_", b"-", b"\xc3\x97", b"\xc2\xb7", b"\\times", b"\\cdot", b"\\div",
                   b"\\frac", b"\\dfrac", b"\\tfrac", b"\\sqrt", b"\\binom", b"\\pm", b"\\mp", b"}")  # fmt: skip
 _LETTERS = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -94,32 +102,54 @@ _ARITHMETIC_COMMAND = re.compile(rb"\\(?:times|cdot|div|frac|dfrac|tfrac|left|ri
 
 
 def results_stated(data: bytes, a: int, b: int, until_not: str | None = None) -> list[tuple[int, str]]:
-    """(offset, value) of each value data[a:b] states as a result (the module docstring's rule), in
-    order of the digits, then of the number words; at most MAX_RESULTS. Looks back before `a` only
-    to read the words before a number. Digit groups and scale words are read as the value grammar
-    reads them ("1{,}000", "2.5 million", "12 \\text{ thousand}"). until_not: stop at the first value
-    other than it (all a caller that compares needs)."""
+    """(offset, value) of each value data[a:b] states as a result (the module docstring's rule): the
+    numbers in digits first, then those in words (in the first WORDS_REACH bytes); at most
+    MAX_RESULTS. Looks back before `a` only to read the words before a number. Digit groups and
+    scale words are read as the value grammar reads them ("1{,}000", "2.5 million", "12 \\text{
+    thousand}"). until_not: stop at the first value other than it (all a caller that compares needs)."""
     if a >= b or _LETTER_OR_EQUALS.search(data, a, b) is None or _WORD_OR_EQUALS.search(data, a, b) is None:
         return []  # the common case: a bare value ("19", "$\\boxed{19}$."), no word or "=" to state another
     found: list[tuple[int, str]] = []
     for number in _DIGITS.finditer(data, a, b):
         at = number.start()
         if at > 0 and data[at - 1] in _NOT_BEFORE_DIGITS:
-            continue  # inside a word, a command or a number: "x2", "a_1", "\frac12", "1.5"
+            continue  # inside a word, a command or a number: "x2", "a_1", "\\frac12", "1.5"
+        if not _may_be_result(data, at, number.end()):
+            continue  # the common case in mathematics, cheaply: after a digit, an operator, a command
         if _result(data, at, number.end(), None, found) or until_not is not None and found and found[-1][1] != until_not:
             return found
-    if len(found) < MAX_RESULTS:
-        lowered = data[a : min(b, a + WORDS_REACH)].lower()
-        for words in _NUMBER_WORDS.finditer(lowered):
-            at = a + words.start()
-            if at > 0 and data[at - 1 : at].isalpha():
-                continue  # inside a word: "someone", "often"
-            values = spelled_numbers(words[0].decode())
-            if len(values) == 1 and _result(data, at, a + words.end(), values[0], found, spelled=True):
-                break  # values: [] for "one" alone, a pronoun
-            if until_not is not None and found and found[-1][1] != until_not:
-                break
+    lowered = data[a : min(b, a + WORDS_REACH)].lower()
+    for words in _NUMBER_WORDS.finditer(lowered):
+        at = a + words.start()
+        if at > 0 and data[at - 1 : at].isalpha():
+            continue  # inside a word: "someone", "often"
+        values = spelled_numbers(words[0].decode())
+        if len(values) == 1 and _result(data, at, a + words.end(), values[0], found, spelled=True):
+            break  # values: [] for "one" alone, a pronoun
+        if until_not is not None and found and found[-1][1] != until_not:
+            break
     return found
+
+
+def _may_be_result(data: bytes, at: int, end: int) -> bool:
+    """A cheap first look at the bytes before the number data[at:end]: False when it cannot be
+    stated as a result (after a digit, an operator, a bracket closed, a LaTeX command: "\\ge 2",
+    "\\binom{5"), unless it opens a clause as a subject ("...\\n17 pairs are left")."""
+    raw = data[max(0, at - 32) : at]
+    before = raw.rstrip(_MARKUP_BYTES)
+    if before.endswith(b"\\"):  # "\\(", "\\[": the backslash of a delimiter
+        before = before[:-1].rstrip(_MARKUP_BYTES)
+    last = before[-1:]
+    if last.isalpha():
+        letters = len(before) - len(before.rstrip(_LETTERS))
+        if before[-letters - 1 : -letters] != b"\\":
+            return True  # after a word
+        if before[-letters:] in _MARKUP_NAMES:  # "\\textbf{17}", "\\boxed{17}": markup, look before it
+            return _may_be_result(data, at - (len(raw) - len(before)) - letters - 1, end)
+    elif last in (b":", b"=", b".", b";", b"!", b"?"):
+        return True
+    opens = not last or b"\n" in raw[len(before) :] or b"," in raw[len(before) :] or last in (b".", b";")
+    return opens and _SUBJECT.match(data, end, end + 60) is not None
 
 
 def _result(data: bytes, at: int, end: int, value: str | None, found: list, spelled: bool = False) -> bool:
@@ -141,10 +171,9 @@ def _result(data: bytes, at: int, end: int, value: str | None, found: list, spel
         if scale := _SCALE.match(data, end):
             value, end = _scaled(value, _SCALE_DIGITS[scale[1].lower()]), scale.end()
     reading, reason = None, "-"
-    if not spelled:  # read as the value grammar reads it: "2.5 million", "12 \\text{ thousand}", "1{,}000"
-        rest = _PHRASE_REST.match(data, end)
-        phrase = data[start:end] + (rest[0] if rest else b"")
-        reading, reason, _ = integer_candidate(phrase.decode("utf-8", "replace"))
+    rest = None if spelled else _PHRASE_REST.match(data, end)
+    if rest is not None and _CHANGES_READING.search(rest[0]):  # read as the value grammar reads it: "12 \\text{ thousand}"
+        reading, reason, _ = integer_candidate((data[start:end] + rest[0]).decode("utf-8", "replace"))
     found.append((start, reading if not reason and reading is not None else _canonical(sign + value)))
     return len(found) >= MAX_RESULTS
 
