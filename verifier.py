@@ -117,7 +117,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from plumbing import math_equivalence, math_workers
-from plumbing.final_answer import anchors, extract_final
+from plumbing.final_answer import ANCHOR_REACH, anchors, extract_final
 from plumbing.integer_answer import agree, earlier_value, integer_candidate, integer_ground_truth, section_value
 from plumbing.result_statements import results_stated
 
@@ -201,9 +201,12 @@ def _other_result(final, pred: str) -> str | None:
     """Why the response states a final value other than pred (G5), else None: a value the text
     states as a result from the final statement on, or after an earlier explicit statement of pred
     (an "Answer:" line, a box) up to the final one (plumbing/result_statements.py)."""
-    for _, value in results_stated(final.data, final.final_at, len(final.data), pred):
+    data = final.data
+    for _, value in results_stated(data, final.final_at, len(data), pred):
         if value != pred:
             return f"the final answer {pred} and the text from it on, which states {value} as the result"
+    if not final.earlier and data.find(b"box", max(final.text_start, final.final_start - ANCHOR_REACH), final.final_start) < 0:
+        return None  # the common case: no earlier statement to compare (checked here, cheaply)
     for text, end in anchors(final):
         if end <= final.final_start and section_value(text) == pred:
             for _, value in results_stated(final.data, end, final.final_start, pred):

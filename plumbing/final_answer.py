@@ -43,7 +43,7 @@ class Final(NamedTuple):  # a NamedTuple: built once per response in the hot loo
 # More "Answer:" lines than this before the final one is spam, not an answer (and would cost work).
 MAX_ANSWER_LINES = 16
 SECTION_REACH = 4096  # bytes the final answer section reaches on each side of its final statement
-ANCHOR_REACH = 1024  # bytes before the final statement in which a box of the same value is an anchor (G5)
+ANCHOR_REACH = 512  # bytes before the final statement in which a box of the same value is an anchor (G5)
 _SPAM = Final(reason="multiple_answers", detail=f"over {MAX_FINAL_BOXES} values in the final answer section")
 _FULLWIDTH_COLON = "\uff1a".encode()  # b"\xef\xbc\x9a"
 # Between "answer" and its colon: "Answer :", "**Answer**:", "__Answer__:", "\textbf{Answer}:".
@@ -157,36 +157,47 @@ def _response_text(data: bytes, ascii_text: bool) -> tuple[bytes, int] | Final:
     """(the bytes that count, where the final answer may start) of a response (G1): up to the first
     token that ends the turn, after the last end of a reasoning block; for a harmony response, its
     final channel's message. A Final with reason no_answer when the reasoning never finished.
-    Every token spelling holds a "<", or a non-ASCII character: two O(1)-ish checks for the rest."""
-    start = 0
-    if b"<" in data:
-        if b"<|channel|>" in data:  # harmony: the last final-channel message, up to its end
-            final = None
-            for final in _FINAL_CHANNEL.finditer(data):
-                pass
-            if final is None:
-                return Final(reason="no_answer", detail="a harmony response with no final-channel message")
-            end = _MESSAGE_END.search(data, final.end())
-            return data[final.end() : end.start() if end else len(data)], 0
-        for token in _TURN_TOKEN.finditer(data):
-            name = token[1] or token[2]
-            if name is None or name.lower().replace("\u2581".encode(), b"_").decode("utf-8", "replace") in _TURN_NAMES:
-                data = data[: token.start()]
-                break
-        if b"think>" in data or b"_thought|>" in data:
-            for closing in _REASONING_ENDS:
-                close = data.rfind(closing)
-                if close >= 0:
-                    start = max(start, close + len(closing))
-            for opening in _REASONING_OPENERS:
-                if data.find(opening, start) >= 0:
-                    return Final(reason="no_answer", detail="an unclosed reasoning block (<think>): it never finished")
+    One scan of the special tokens (every spelling holds a "<"), one search for "think>"."""
+    start, cut, thought = 0, -1, False
+    for token in _TURN_TOKEN.finditer(data):
+        name = token[1] or token[2]
+        if name is None:
+            cut = token.start()  # "</s>", "<eos>", "<end_of_turn>", ...
+            break
+        name = name.lower().replace("\u2581".encode(), b"_")
+        if name == b"channel" or name == b"start" and data.find(b"<|channel|>", token.end(), token.end() + 64) >= 0:
+            return _final_channel(data)  # harmony: "<|start|>assistant<|channel|>..." starts a message, not a turn
+        thought = thought or name.endswith(b"_of_thought")
+        if name.decode("utf-8", "replace") in _TURN_NAMES:
+            cut = token.start()
+            break
+    if cut >= 0:
+        data = data[:cut]
+    if b"think>" in data or thought:
+        for closing in _REASONING_ENDS:
+            close = data.rfind(closing)
+            if close >= 0:
+                start = max(start, close + len(closing))
+        for opening in _REASONING_OPENERS:
+            if data.find(opening, start) >= 0:
+                return Final(reason="no_answer", detail="an unclosed reasoning block (<think>): it never finished")
     if not ascii_text and _KIMI_OPENER[:3] in data:  # "◁think▷ ... ◁/think▷"
         close = data.rfind(_KIMI_END)
         start = max(start, close + len(_KIMI_END)) if close >= 0 else start
         if data.find(_KIMI_OPENER, start) >= 0:
             return Final(reason="no_answer", detail="an unclosed reasoning block (◁think▷): it never finished")
     return data, start
+
+
+def _final_channel(data: bytes) -> tuple[bytes, int] | Final:
+    """The last final-channel message of a harmony response (gpt-oss), up to its end (G1)."""
+    final = None
+    for final in _FINAL_CHANNEL.finditer(data):
+        pass
+    if final is None:
+        return Final(reason="no_answer", detail="a harmony response with no final-channel message")
+    end = _MESSAGE_END.search(data, final.end())
+    return data[final.end() : end.start() if end else len(data)], 0
 
 
 def extract_final(response: str) -> Final:
@@ -201,17 +212,20 @@ def extract_final(response: str) -> Final:
     from their colons too (`_markers`), a memchr scan of the text before the final one.
     """
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
-    read = _response_text(data, response.isascii())  # G1: the part of the response that can hold its final answer
-    if isinstance(read, Final):
-        return read
-    data, start = read
+    ascii_text = response.isascii()  # str.isascii: O(1)
+    start = 0
+    if b"<" in data or not ascii_text:  # G1: every token and tag has a "<" (or is non-ASCII: "◁think▷")
+        read = _response_text(data, ascii_text)
+        if isinstance(read, Final):
+            return read
+        data, start = read
     tags = b"<" in data
     hashes = data.rfind(b"####", start) if b"#" in data else -1  # GSM8K's marker, "#### 18"
     if hashes >= 0 and not (_HASH_MARKER.match(data, hashes) and (hashes == start or data[hashes - 1] in b"\n .")):
         hashes = -1
     # The last marker, found from its colon: a C-speed rfind per colon, and colons are few (the
     # common case: the marker's own, in the last line); "answer" in any ASCII case before it.
-    echoed, hi, wide = False, len(data), not response.isascii()  # str.isascii: O(1)
+    echoed, hi, wide = False, len(data), not ascii_text
     while hi > start:
         colon = data.rfind(b":", start, hi)
         wide_colon = data.rfind(_FULLWIDTH_COLON, start, hi) if wide else -1
@@ -227,7 +241,7 @@ def extract_final(response: str) -> Final:
         if i < 0:
             continue  # "ratio 3:2", "Note:": not a marker
         j = hi + (1 if hi == colon else len(_FULLWIDTH_COLON))
-        final = _after_marker(data, start, i, j, tags, response.isascii())
+        final = _after_marker(data, start, i, j, tags, ascii_text)
         if final is None:
             echoed = True  # deviation 11: the prompt's instruction, echoed back
             continue
@@ -292,8 +306,8 @@ def _after_marker(data: bytes, start: int, i: int, j: int, tags: bool, ascii_onl
     if not later and line_end == len(data) and not before and tag is None:  # the common case, kept cheap
         if before is None:
             return _SPAM
-        return Final(candidates=(line,), earlier=earlier_values, data=data, text_start=start, final_start=i, final_at=j,
-                     earlier_ends=tuple(end for _, end in earlier) if earlier else ())  # fmt: skip
+        ends = tuple(end for _, end in earlier) if earlier else ()
+        return Final((line,), "", "", earlier_values, (), False, (), data, start, i, j, ends)  # positional: the hot path
     # deviation 17: and so must the boxes after the answer line
     spans = [box_span(data, box) for box in later]
     after = _stated_after(data, spans[-1][1] if spans else line_end)
@@ -315,16 +329,13 @@ _IS_AFTER_ANSWER = re.compile(rb"\s+is(?![a-z])\s*:?")
 
 def _last_answer_sentence(data: bytes, start: int) -> tuple[int, int] | None:
     """(start, end) of the last "the answer is" of data[start:] (its "answer" and what follows "is"),
-    else None. Found from the end with rfind on the lowered text."""
-    if b"nswer" not in data and b"NSWER" not in data:  # the common case
-        return None
-    low = data.lower()
-    at = low.rfind(b"answer", start)
-    while at >= start:
-        verb = _IS_AFTER_ANSWER.match(low, at + 6)
-        if verb is not None and not low[at - 1 : at].isalpha():
-            return at, verb.end()
-        at = low.rfind(b"answer", start, at)
+    else None. Found from the end with rfind ("answer" or "Answer"; not all capitals)."""
+    at = data.rfind(b"nswer", start + 1)
+    while at > start:
+        verb = _IS_AFTER_ANSWER.match(data, at + 5)
+        if verb is not None and data[at - 1 : at] in (b"a", b"A") and not data[at - 2 : at - 1].isalpha():
+            return at - 1, verb.end()
+        at = data.rfind(b"nswer", start + 1, at)
     return None
 
 
@@ -338,7 +349,10 @@ def anchors(final: Final) -> list[tuple[str, int]]:
     """(text, end offset) of the explicit statements before the final one that G5 compares: every
     earlier "Answer:" line, and the boxes within ANCHOR_REACH bytes before it. After one that states
     the final value, the text up to the final statement must state no other value as the result."""
-    return [*zip(final.earlier, final.earlier_ends), *_box_anchors(final.data, final.text_start, final.final_start)]
+    found = list(zip(final.earlier, final.earlier_ends)) if final.earlier else []
+    if final.data.find(b"box", max(final.text_start, final.final_start - ANCHOR_REACH), final.final_start) >= 0:
+        found += _box_anchors(final.data, final.text_start, final.final_start)
+    return found
 
 
 def _box_anchors(data: bytes, start: int, p: int) -> tuple[tuple[str, int], ...]:

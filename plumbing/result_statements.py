@@ -39,7 +39,7 @@ _NUMBER_WORDS = re.compile(
     rb"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)"
     rb"(?:[ -](?:and )?(?:one|two|three|four|five|six|seven|eight|nine|hundred|thousand|million))*(?![a-z])"
 )
-WORDS_REACH = 1024  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
+WORDS_REACH = 512  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
 # The last byte before a number (markup stripped) that lets it be stated as a result: a word's end,
 # a colon, an "=", a clause's punctuation.
 _MAY_PRECEDE = frozenset(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ:=.;!?")
@@ -91,6 +91,8 @@ _MARKUP_COMMANDS = (
     b"\\(", b"\\[", b"\\left", b"\\boxed", b"\\fbox", b"\\textbf", b"\\mathbf", b"\\text", b"\\mathrm",
     b"\\displaystyle", b"\\bf", b"\\quad", b"\\qquad", b"\\,", b"\\;", b"\\!", b"\\",  # "\\" left of "\\(", "\\["
 )  # fmt: skip
+_OPERAND_BYTES = frozenset(b"+/^|<>")  # right before a number: an operand's
+_BEFORE_PARENTHESIS = frozenset((b" ", b"$", b"\n", b"\t", b"*", b"\\", b""))  # "is (17)": a bracket that may wrap a value
 _MARKUP_NAMES = frozenset(
     b"boxed fbox textbf mathbf text mathrm displaystyle bf left quad qquad emph underline textit mbox".split()
 )
@@ -112,8 +114,13 @@ def results_stated(data: bytes, a: int, b: int, until_not: str | None = None) ->
     found: list[tuple[int, str]] = []
     for number in _DIGITS.finditer(data, a, b):
         at = number.start()
-        if at > 0 and data[at - 1] in _NOT_BEFORE_DIGITS:
-            continue  # inside a word, a command or a number: "x2", "a_1", "\\frac12", "1.5"
+        prev = data[at - 1] if at else 32  # 32: a space
+        if prev in _NOT_BEFORE_DIGITS or prev in _OPERAND_BYTES:
+            continue  # inside a word, a command or a number ("x2", "a_1", "\\frac12", "1.5"), an operand ("+2")
+        if prev == 123 and not data[max(0, at - 8) : at - 1].endswith(_MARKUP_COMMANDS):  # 123: "{" of "\\frac{1"
+            continue
+        if prev == 40 and data[at - 2 : at - 1] not in _BEFORE_PARENTHESIS:  # 40: "(" of "(x-1)(x+2)", "f(2)"
+            continue
         if not _may_be_result(data, at, number.end()):
             continue  # the common case in mathematics, cheaply: after a digit, an operator, a command
         if _result(data, at, number.end(), None, found) or until_not is not None and found and found[-1][1] != until_not:
@@ -146,9 +153,18 @@ def _may_be_result(data: bytes, at: int, end: int) -> bool:
             return True  # after a word
         if before[-letters:] in _MARKUP_NAMES:  # "\\textbf{17}", "\\boxed{17}": markup, look before it
             return _may_be_result(data, at - (len(raw) - len(before)) - letters - 1, end)
-    elif last in (b":", b"=", b".", b";", b"!", b"?"):
+        return False  # after a command: "\\ge 2", "\\binom{5"
+    elif last == b"=":  # "n = 0" is an assignment unless a word of result opens it ("so x = 17")
+        left = before[:-1].rstrip()
+        if left[-1:].isalpha() and not left[-2:-1].isalpha():
+            return _concluded_equation(left)
         return True
-    opens = not last or b"\n" in raw[len(before) :] or b"," in raw[len(before) :] or last in (b".", b";")
+    elif last in (b":", b".", b";", b"!", b"?"):
+        return True
+    if len(before) == len(raw) and last:
+        return False  # the common case: right after a digit, an operator or a bracket
+    stripped = raw[len(before) :]
+    opens = not last or b"\n" in stripped or b"," in stripped
     return opens and _SUBJECT.match(data, end, end + 60) is not None
 
 
@@ -157,15 +173,13 @@ def _result(data: bytes, at: int, end: int, value: str | None, found: list, spel
     found is full."""
     sign = "" if spelled else _sign_before(data, at)
     start = at - 1 if sign else at
-    head = _strip_markup(data[max(0, start - _CONTEXT) : start])
     after = _CLOSERS.match(data, end, min(len(data), end + 40)).end()
-    subject = _SUBJECT.match(data, after, after + 60) is not None and _opens_clause(data, start, head)
-    if not subject and not _may_state(head):
-        return False  # the common case in mathematics: after a digit, an operator, a command, a variable
     if _OPERATOR_AFTER.match(data, after):
         return False  # an operand: "17 + 2", "17 = x", "7 x 8"
-    if not (_premise_free(head) if subject else _stated_as_result(head)):
-        return False
+    head = _strip_markup(data[max(0, start - _CONTEXT) : start])
+    if not (_may_state(head) and _stated_as_result(head)):  # else a subject: "only 17 are valid"
+        if not (_opens_clause(data, start, head) and _SUBJECT.match(data, after, after + 60) and _premise_free(head)):
+            return False
     if value is None:
         value = _NOT_DIGITS.sub(b"", data[at:end]).decode()
         if scale := _SCALE.match(data, end):
