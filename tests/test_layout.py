@@ -81,6 +81,8 @@ def test_no_import_cycle_counting_imports_inside_functions():
         if m not in done:
             visit(m, [])
     assert not cycles, f"import cycles: {[' -> '.join(c) for c in cycles]}"
+    # the verifier's machinery is imported by verifier.py, never the reverse (the graph sees those edges)
+    assert {"plumbing.final_answer", "plumbing.math_equivalence", "plumbing.math_workers"} <= graph["verifier"]
 
 
 def test_folders_never_import_the_commands():
@@ -99,5 +101,5 @@ def test_the_root_holds_the_reading_set_and_the_commands():
 
 def test_no_module_over_650_lines():
     sizes = {str(p.relative_to(REPO)): len(p.read_text().splitlines()) for p in _modules().values()}
-    over = {f: n for f, n in sizes.items() if n > (MAX_LINES.get(f, 650) or n)}
+    over = {f: n for f, n in sizes.items() if n > MAX_LINES.get(f, 650)}
     assert len(sizes) > 20 and not over, f"over the size limit: {over}"
