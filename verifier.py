@@ -119,6 +119,7 @@ from dataclasses import dataclass
 from plumbing import math_equivalence, math_workers
 from plumbing.final_answer import ANCHOR_REACH, anchors, extract_final
 from plumbing.integer_answer import agree, earlier_value, integer_candidate, integer_ground_truth, section_value
+from plumbing.result_statements import WORD_OR_EQUALS as _WORD_OR_EQUALS
 from plumbing.result_statements import results_stated
 
 __all__ = ["VERSION", "MODES", "REASONS", "EXCEPTION_REASONS", "Score", "score", "score_batch"]
@@ -191,9 +192,11 @@ def _score_dapo(response: str, ground_truth: str) -> Score:
             stated = ", ".join(dict.fromkeys([*others, pred]))
             detail = f"the final answer section states several values: {stated[:200]}"
             return _verdict(False, None, "multiple_answers", detail)
-    other = _other_result(final, pred)
-    if other is not None:  # G5: from the final statement on, another value stated as the result
-        return _verdict(False, None, "multiple_answers", other)
+    data = final.data  # G5: from the final statement on, no other value stated as the result
+    if final.earlier or _WORD_OR_EQUALS.search(data, final.final_at) or data.find(b"box", max(final.text_start, final.final_start - ANCHOR_REACH), final.final_start) >= 0:  # fmt: skip
+        other = _other_result(final, pred)  # the common case ("Answer: 17" at the end) skips this
+        if other is not None:
+            return _verdict(False, None, "multiple_answers", other)
     return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
 
 

@@ -214,12 +214,13 @@ def extract_final(response: str) -> Final:
     data = response.encode("utf-8", "replace")  # lone surrogates become "?": encoding never raises
     ascii_text = response.isascii()  # str.isascii: O(1)
     start = 0
-    if b"<" in data or not ascii_text:  # G1: every token and tag has a "<" (or is non-ASCII: "◁think▷")
+    tags = b"<" in data
+    if tags or not ascii_text:  # G1: every token and tag has a "<" (or is non-ASCII: "◁think▷")
         read = _response_text(data, ascii_text)
         if isinstance(read, Final):
             return read
         data, start = read
-    tags = b"<" in data
+        tags = b"<" in data
     hashes = data.rfind(b"####", start) if b"#" in data else -1  # GSM8K's marker, "#### 18"
     if hashes >= 0 and not (_HASH_MARKER.match(data, hashes) and (hashes == start or data[hashes - 1] in b"\n .")):
         hashes = -1

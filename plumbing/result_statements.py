@@ -39,13 +39,13 @@ _NUMBER_WORDS = re.compile(
     rb"|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)"
     rb"(?:[ -](?:and )?(?:one|two|three|four|five|six|seven|eight|nine|hundred|thousand|million))*(?![a-z])"
 )
-WORDS_REACH = 512  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
+WORDS_REACH = 256  # bytes of a stretch searched for numbers in words (bounded work; digits: all of it)
 # The last byte before a number (markup stripped) that lets it be stated as a result: a word's end,
 # a colon, an "=", a clause's punctuation.
 _MAY_PRECEDE = frozenset(bytes([c]) for c in b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ:=.;!?")
 # A word (a letter not inside a LaTeX command) or an "=": without one, a text states nothing as a result
 _LETTER_OR_EQUALS = re.compile(rb"[A-Za-z=]")  # a cheaper first look
-_WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
+WORD_OR_EQUALS = re.compile(rb"(?:^|[^\\A-Za-z])[A-Za-z]|=")
 # A number and the words after it, up to the end of its clause: read whole by the value grammar.
 # The words after a number, up to the end of its clause or the next number or relation: read with it
 # by the value grammar ("2.5 million", "12 \text{ thousand}"), never as another value.
@@ -109,7 +109,7 @@ def results_stated(data: bytes, a: int, b: int, until_not: str | None = None) ->
     MAX_RESULTS. Looks back before `a` only to read the words before a number. Digit groups and
     scale words are read as the value grammar reads them ("1{,}000", "2.5 million", "12 \\text{
     thousand}"). until_not: stop at the first value other than it (all a caller that compares needs)."""
-    if a >= b or _LETTER_OR_EQUALS.search(data, a, b) is None or _WORD_OR_EQUALS.search(data, a, b) is None:
+    if a >= b or _LETTER_OR_EQUALS.search(data, a, b) is None or WORD_OR_EQUALS.search(data, a, b) is None:
         return []  # the common case: a bare value ("19", "$\\boxed{19}$."), no word or "=" to state another
     found: list[tuple[int, str]] = []
     for number in _DIGITS.finditer(data, a, b):
