@@ -117,7 +117,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from plumbing import math_equivalence, math_workers
-from plumbing.final_answer import ANCHOR_REACH, anchors, extract_final
+from plumbing.answer_markup import canonical_int
+from plumbing.final_answer import ANCHOR_REACH, ANSWER_ONLY, anchors, extract_final
 from plumbing.integer_answer import agree, earlier_value, integer_candidate, integer_ground_truth, section_value
 from plumbing.result_statements import WORD_OR_EQUALS as _WORD_OR_EQUALS
 from plumbing.result_statements import results_stated
@@ -170,8 +171,60 @@ def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> 
 # --- DAPO: the grammar's rule ("dapo" mode), in the order of its rows ------------------------
 
 
+# The common case of a DAPO rollout, decided without the machinery below: the response ends with the
+# line "Answer: N" (N an integer) and holds nothing another rule reads (no "<", no other colon that
+# could be a marker, no box near, no answer-only line right above). The verdict is exactly the full
+# rule's (tests/test_verifier_general.py checks the two agree on random responses); anything else
+# takes the full rule.
+_FAST_END = re.compile(r"\n[ \t]*(?:\*\*)?[Aa]nswer(?:\*\*)?:(?:\*\*)?[ \t]*([+-]?)([0-9]{1,60})\.?\s*\Z")
+_ANSWER_ONLY_TEXT = re.compile(ANSWER_ONLY.pattern.decode())
+
+
+def _fast_dapo(response: str, truth: str) -> Score | None:
+    """The verdict of the common case (above), else None."""
+    if not response.isascii():
+        return None
+    end = _FAST_END.search(response, max(0, len(response) - 80))
+    if end is None:
+        return None
+    line = end.start() + 1
+    if "<" in response and _TAG.search(response):
+        return None  # a token or tag G1 reads
+    if _earlier_marker(response, line) or response.find("box", max(0, line - ANCHOR_REACH), line) >= 0:
+        return None  # an earlier marker (deviation 20) or a box near (23, G5) may count: the full rule decides
+    k = line - 1
+    while k > 0 and response[k - 1] in " \t\r\n":
+        k -= 1
+    if k and _ANSWER_ONLY_TEXT.fullmatch(response, response.rfind("\n", 0, k) + 1, k):
+        return None  # the final answer section reaches above the line (deviation 23)
+    pred = canonical_int(end[1], end[2])
+    return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+
+
+_TAG = re.compile(r"<(?:\||/|s>|eos>|pad>|end_of|start_of|think|answer|seed)")  # what G1 reads, all with a "<"
+
+
+def _earlier_marker(response: str, line: int) -> bool:
+    """True when an "Answer:" marker may stand before offset line: a colon after "answer" and at most
+    8 spaces or markup bytes, as final_answer reads markers."""
+    colon = response.find(":", 0, line)
+    while colon >= 0:
+        k = colon
+        while k > 0 and colon - k < 8 and response[k - 1] in " \t*_}":
+            k -= 1
+        if response[k - 6 : k].lower() == "answer":
+            return True
+        colon = response.find(":", colon + 1, line)
+    return False
+
+
 def _score_dapo(response: str, ground_truth: str) -> Score:
     truth = integer_ground_truth(ground_truth)
+    return _fast_dapo(response, truth) or _dapo_rule(response, truth)
+
+
+def _dapo_rule(response: str, truth: str) -> Score:
+    """The "dapo" verdict by the grammar's rows, in their order (truth: the canonical integer)."""
     final = extract_final(response)
     if final.reason:
         return _verdict(False, None, final.reason, final.detail)

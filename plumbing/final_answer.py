@@ -67,7 +67,7 @@ _SECTION_WORDS = (
     rb"answers?|final(?:ly)?|the|is|are|so|thus|hence|therefore|or|and|also|maybe|perhaps|possibly"
     rb"|alternatively|either|it|could|might|be"
 )
-_ANSWER_ONLY = re.compile(
+ANSWER_ONLY = re.compile(
     rb"(?:[\s.,;:!?()\[\]{}*_#>`~&|\"'+-]++|\$|\\[\[\]()\\,;:! ]"
     rb"|\\(?:q?quad|displaystyle|hline|item|newline|noindent)(?![A-Za-z])"
     rb"|\\(?:text|textbf|mathbf|mathrm|textit|emph|mbox|textrm|underline)\s*+\{"
@@ -386,7 +386,7 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     section starts. None for the values: over MAX_FINAL_BOXES boxes, spam.
 
     Walks back a line at a time (each byte looked at once) while the text states an answer and
-    nothing else (_ANSWER_ONLY), and not into an earlier "Answer:" line (a final answer of its own,
+    nothing else (ANSWER_ONLY), and not into an earlier "Answer:" line (a final answer of its own,
     compared in dapo mode by deviation 20). A box joins the section when only such text lies between
     it and p, and so does every number in that text; above the section's first statement, only a
     number on a line that says "answer" does ("The answer is 12." above "\\boxed{13}"; a bare "12"
@@ -397,7 +397,7 @@ def _section_before(data: bytes, start: int, p: int) -> tuple[list[str] | None, 
     pending: list[tuple[list[str], bool]] = []  # numbers not yet between two statements, "answer" said
     boxes = 0
     limit = max(start, p - SECTION_REACH)  # bounded work: the section ends here at the latest
-    rfind, answer_only = data.rfind, _ANSWER_ONLY.fullmatch  # the hot loop: bound once
+    rfind, answer_only = data.rfind, ANSWER_ONLY.fullmatch  # the hot loop: bound once
     while p > limit:
         line_start = rfind(b"\n", limit, p) + 1 or limit  # rfind gives -1 when limit is 0 too
         cut = line_start == limit > start and data[limit - 1] != 10  # 10 == "\n": a line cut by the reach
@@ -439,7 +439,7 @@ def _stated_after(data: bytes, q: int) -> list[str] | None:
     while q < end:
         line_end = data.find(b"\n", q, end)
         line_end = end if line_end < 0 else line_end
-        if line_end == end < len(data) or not _ANSWER_ONLY.fullmatch(data, q, line_end):
+        if line_end == end < len(data) or not ANSWER_ONLY.fullmatch(data, q, line_end):
             break  # a line cut by the reach, or reasoning
         values += _stated_numbers(data, q, line_end)
         if len(values) > MAX_FINAL_BOXES:

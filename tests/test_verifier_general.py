@@ -148,6 +148,24 @@ TAKEN_BACK = [
 ]  # fmt: skip
 
 
+# The common case's shortcut (verifier._fast_dapo) gives the full rule's verdict whenever it decides.
+PIECES = ["We count the pairs. ", "So the total is 12.\n", "Note: the case n = 0.\n", "\\boxed{12}\n", "The answer is 12.\n",
+          "<think>Answer: 3</think>", "so\n", "\n\n", "2 + 3 = 5, ", "Answer: 7\n", "**Final Answer**\n", "#### 9\n",
+          "It is 12 or 13.\n", "x", "\u00e9t\u00e9 ", "17\n"]  # fmt: skip
+ENDINGS = ["Answer: {v}", "**Answer:** {v}", "Answer: {v}.", "answer: {v}\n", "Answer:{v}", "Answer: -{v}", "Answer: 0{v}",
+           "Answer: {v} apples", "Answer: ${v}$"]  # fmt: skip
+
+
+@MANY
+@given(st.lists(st.sampled_from(PIECES), max_size=6), st.sampled_from(ENDINGS), values, values)
+def test_property_the_common_case_shortcut_agrees_with_the_full_rule(pieces, ending, v, truth):
+    response = "".join(pieces) + "\n" + ending.format(v=v)
+    for t in (str(truth), str(v)):
+        canonical = verifier.integer_ground_truth(t)
+        fast = verifier._fast_dapo(response, canonical)
+        assert fast is None or fast == verifier._dapo_rule(response, canonical), (response, fast)
+
+
 # --- G1: only tokens that end a turn end the response; harmony's final channel ------------------
 
 HARMONY = ("<|channel|>analysis<|message|>We add 20 and 1. Answer: 20<|end|><|start|>assistant<|channel|>final"
