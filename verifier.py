@@ -176,29 +176,51 @@ def _verdict(correct: bool, pred: str | None, reason: str, detail: str = "") -> 
 # could be a marker, no box near, no answer-only line right above). The verdict is exactly the full
 # rule's (tests/test_verifier_general.py checks the two agree on random responses); anything else
 # takes the full rule.
-_FAST_END = re.compile(r"\n[ \t]*(?:\*\*)?[Aa]nswer(?:\*\*)?:(?:\*\*)?[ \t]*([+-]?)([0-9]{1,60})\.?\s*\Z")
+_FAST_END = re.compile(
+    r"\n[ \t]*(?:\*\*)?[Aa]nswer(?:\*\*)?:(?:\*\*)?[ \t]*"
+    r"(?:([+-]?)([0-9]{1,60})|\$([+-]?)([0-9]{1,60})\$|(\$)?\\boxed\{([+-]?)([0-9]{1,60})\}(?(5)\$))\.?\s*\Z"
+)  # "Answer: 17", "Answer: $17$", "Answer: \boxed{17}", "Answer: $\boxed{17}$." (and bold, a full stop)
+_FAST_BOX_END = re.compile(r"\\boxed\{([+-]?)([0-9]{1,60})\}\$?\.?\s*\Z")  # "... is $\\boxed{17}$."
 _ANSWER_ONLY_TEXT = re.compile(ANSWER_ONLY.pattern.decode())
+_DIGITS_TEXT = re.compile(r"[0-9]")
 
 
 def _fast_dapo(response: str, truth: str) -> Score | None:
-    """The verdict of the common case (above), else None."""
+    """The verdict of the common cases (above), else None."""
     if not response.isascii():
         return None
-    end = _FAST_END.search(response, max(0, len(response) - 80))
-    if end is None:
+    tail = max(0, len(response) - 80)
+    end = _FAST_END.search(response, tail)
+    box = None if end is not None else _FAST_BOX_END.search(response, tail)
+    if end is None and box is None:
         return None
-    line = end.start() + 1
     if "<" in response and _TAG.search(response):
         return None  # a token or tag G1 reads
-    if _earlier_marker(response, line) or response.find("box", max(0, line - ANCHOR_REACH), line) >= 0:
-        return None  # an earlier marker (deviation 20) or a box near (23, G5) may count: the full rule decides
+    if end is not None:
+        line = end.start() + 1
+        if _earlier_marker(response, line) or response.find("box", max(0, line - ANCHOR_REACH), line) >= 0:
+            return None  # an earlier marker (deviation 20) or a box near (23, G5) may count: the full rule decides
+        if _answer_only_above(response, line):
+            return None  # the final answer section reaches above the line (deviation 23)
+        sign, digits = (end[1], end[2]) if end[2] else (end[3], end[4]) if end[4] else (end[6], end[7])
+    else:  # "Therefore the answer is $\\boxed{17}$.": no marker anywhere, the last box decides (deviation 7)
+        at = box.start()
+        if "#" in response or _earlier_marker(response, len(response)) or response.find("box", max(0, at - ANCHOR_REACH), at) >= 0:
+            return None  # a marker, or another box that may count
+        line = response.rfind("\n", 0, at) + 1
+        if _ANSWER_ONLY_TEXT.fullmatch(response, line, at) and (_DIGITS_TEXT.search(response, line, at) or _answer_only_above(response, line)):
+            return None  # the final answer section reaches before the box (deviation 23)
+        sign, digits = box[1], box[2]
+    pred = canonical_int(sign, digits)
+    return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+
+
+def _answer_only_above(response: str, line: int) -> bool:
+    """True when the last non-empty line before offset line states an answer and nothing else (23)."""
     k = line - 1
     while k > 0 and response[k - 1] in " \t\r\n":
         k -= 1
-    if k and _ANSWER_ONLY_TEXT.fullmatch(response, response.rfind("\n", 0, k) + 1, k):
-        return None  # the final answer section reaches above the line (deviation 23)
-    pred = canonical_int(end[1], end[2])
-    return _verdict(pred == truth, pred, "ok" if pred == truth else "wrong")
+    return k > 0 and _ANSWER_ONLY_TEXT.fullmatch(response, response.rfind("\n", 0, k) + 1, k) is not None
 
 
 _TAG = re.compile(r"<(?:\||/|s>|eos>|pad>|end_of|start_of|think|answer|seed)")  # what G1 reads, all with a "<"

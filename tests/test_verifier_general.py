@@ -153,7 +153,9 @@ PIECES = ["We count the pairs. ", "So the total is 12.\n", "Note: the case n = 0
           "<think>Answer: 3</think>", "so\n", "\n\n", "2 + 3 = 5, ", "Answer: 7\n", "**Final Answer**\n", "#### 9\n",
           "It is 12 or 13.\n", "x", "\u00e9t\u00e9 ", "17\n"]  # fmt: skip
 ENDINGS = ["Answer: {v}", "**Answer:** {v}", "Answer: {v}.", "answer: {v}\n", "Answer:{v}", "Answer: -{v}", "Answer: 0{v}",
-           "Answer: {v} apples", "Answer: ${v}$"]  # fmt: skip
+           "Answer: {v} apples", "Answer: ${v}$", "Answer: \\boxed{{{v}}}", "Answer: $\\boxed{{{v}}}$.", "Answer: \\boxed{{{v}}}$",
+           "So the answer is $\\boxed{{{v}}}$.", "\\boxed{{{v}}}", "The answer is 12. \\boxed{{{v}}}", "so \\boxed{{{v}}}",
+           "We get \\boxed{{{v}}}$.", "Answer: {v}\n\\boxed{{{v}}}"]  # fmt: skip
 
 
 @MANY
