@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import random
@@ -382,6 +383,8 @@ def _run(args: argparse.Namespace) -> None:
     print(f"{'':16} slowest call: ground truth {truths[where][:40]!r}, prediction {(ours[where].pred or '')[:40]!r}")
 
     from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeouts print whole responses
 
     gold_cache = {}
 

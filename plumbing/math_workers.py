@@ -27,10 +27,11 @@ PROGRAM = Path(__file__).with_name("math_verify_process.py")
 # per process, and not counted in a call's time limit (see ask).
 WORKER_START_TIMEOUT_S = 120.0
 FORK_TIMEOUT_S = 30.0  # a fork takes milliseconds; this long without an answer, the server is replaced
-# Seconds kept back from a call's time limit for what follows a timeout (the kill, returning), so
-# that the call returns within the limit: 2-4 ms measured on an idle machine (bench/bench_verifier.py);
-# 50 ms leaves room for a loaded one.
-TIMEOUT_MARGIN_S = 0.05
+# Seconds kept back from a call's time limit for what follows a timeout (waking up, the kill,
+# returning), so that the call returns within the limit: 2-4 ms on an idle machine; at load 10 on 2
+# cores (bench/bench_verifier.py --load 2 beside other jobs, 2026-12-03) up to 94 ms past a 50 ms
+# margin and 269 ms past a 150 ms one, so 300 ms: a timeout then returns near 1.7 s of a 2 s limit.
+TIMEOUT_MARGIN_S = 0.3
 # Idle workers kept after their call (one per thread that scores at once is reused); more are killed.
 MAX_IDLE_WORKERS = 32
 

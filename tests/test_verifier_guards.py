@@ -160,7 +160,7 @@ def test_timeout_default_is_two_seconds_and_is_an_exception(no_structural_refusa
     elapsed = time.monotonic() - start
     assert s.reason == "timeout" and s.reason in EXCEPTION_REASONS and not s.correct
     # Not before the limit (a property of the code, on any machine), and a hang guard after it.
-    assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
+    assert 2.0 - math_workers.TIMEOUT_MARGIN_S - 0.05 < elapsed < 2.0 + MATH_HANG_MARGIN_S
 
 
 def test_timeout_works_in_a_thread(no_structural_refusal):
@@ -333,4 +333,4 @@ def test_structural_limits_are_documented_constants():
     limits = (sympy_guard.MAX_VALUE_DIGITS, sympy_guard.MAX_FACTORIAL_ARGUMENT, sympy_guard.MAX_EXPANSION_TERMS)
     assert limits == (100_000, 10_000, 40)
     assert (sympy_guard.MAX_SERIES_TERMS, sympy_guard.MAX_SERIES_WORK) == (100, 10**6)
-    assert 0 < math_workers.TIMEOUT_MARGIN_S < 0.1
+    assert 0 < math_workers.TIMEOUT_MARGIN_S <= 0.3
