@@ -133,7 +133,8 @@ MODES = ("dapo", "dapo-official", "math")
 REASON_DOCS = {
     "ok": "one final answer, equal to the ground truth",
     "wrong": "one well-formed final answer, not equal to the ground truth",
-    "no_answer": "no 'Answer:' line and no \\boxed{} (or an unclosed <think> block)",
+    "no_answer": "no 'Answer:' line, box or 'the answer is' (or an unclosed <think> block, or a harmony response "
+    "without a final channel)",
     "empty_answer": "an 'Answer:' marker with nothing after it",
     "placeholder": "a template placeholder instead of an answer ('...', '[answer]', '<final_answer>')",
     "echoed_prompt": "the only answer marker is the prompt's instruction echoed back",

@@ -4,7 +4,8 @@ before the value; working, glosses and closing phrases after it; numbers spelled
 refusals (several values, hedges, words that change the value).
 
 Each reader returns (canonical integer or None, reason, detail): reason "" when one integer was
-read, else a reason code of verifier.REASONS. Linear-time regex and string work, no parser.
+read, else a reason code of verifier.REASONS. Linear-time regex and string work, no parser. The
+numbered deviations cited are those of docs/verifier.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ the call to math-verify in a worker process (plumbing/math_workers.py), guarded 
 plumbing/sympy_guard.py (G7).
 
 `score_math(response, ground_truth, timeout_s)` returns (correct, pred, reason, detail);
-verifier.score wraps it in a Score.
+verifier.score wraps it in a Score. The numbered deviations cited are those of docs/verifier.md.
 """
 
 from __future__ import annotations

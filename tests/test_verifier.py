@@ -2,8 +2,9 @@
 scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
 dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py, those of
 dapo-verifier-3 in tests/test_verifier_notation.py, the final-answer grammar of dapo-verifier-4 in
-tests/test_verifier_grammar.py; the guards (code in model text never executed, bounded time on
-expressions built to hang, the parse and cost limits, the spare workers) in
+tests/test_verifier_grammar.py, its rows made general (dapo-verifier-5) in
+tests/test_verifier_general.py; the guards (code in model text never executed, bounded time on
+expressions built to hang, the parse and cost limits, the worker processes) in
 tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
@@ -50,7 +51,7 @@ DAPO_CASES = [
     ("Answer:\n\n85", "85", True, "ok"),
     ("Answer: -3", "-3", True, "ok"),
     ("Answer: 3", "-3", False, "wrong"),
-    # the official rule's false negatives (deviations 1-10 of the module docstring)
+    # the official rule's false negatives (deviations 1-10 of docs/verifier.md)
     ("Answer: 13" + LONG_TAIL, "13", True, "ok"),
     ("Answer: 13.", "13", True, "ok"),
     ("**Answer:** 13", "13", True, "ok"),

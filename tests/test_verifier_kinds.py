@@ -1,6 +1,6 @@
 """Tests of verifier.py's dapo-verifier-2 rules: the seven kinds of wrong verdict it fixed, one table
 of cases per kind (with variations) and one hypothesis property per "dapo"-mode kind. Each kind is a
-numbered deviation in verifier.py's module docstring; the rest of the verifier is tested in
+numbered deviation of docs/verifier.md; the rest of the verifier is tested in
 tests/test_verifier.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_kinds.py
@@ -27,7 +27,7 @@ reasoning = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789 .,=+-()", min
 
 # --- dapo-verifier-2: the seven kinds of wrong verdict, one table each -------------------------
 # Each row: (response, ground truth, correct, reason). The kinds and the rules are deviations 20,
-# 15, 3, 13 and 14 ("dapo" mode) and 21 and 22 ("math" mode) of the module docstring.
+# 15, 3, 13 and 14 ("dapo" mode) and 21 and 22 ("math" mode) of docs/verifier.md.
 
 # Kind 1 (deviation 20): every "Answer:" line is a final answer, and all must state one value.
 SEVERAL_ANSWER_LINES = [
