@@ -16,10 +16,15 @@ worker process).
 Targets: "dapo" >= the official rule (verl's math_dapo.compute_score, the rule of the DAPO paper,
 Yu et al. 2025, arXiv:2503.14476) and >= 50,000 responses/s on one core, so that scoring never
 shows in a training step; "math" never above 2 s for one response (its default time limit), a
-timeout included: the guards block times inputs built to make the parser take seconds (refused
-before parsing), two real timeouts in a row (the structural refusal switched off for them: the
-limit, then the kill, within the limit), and the call after them, which takes a spare worker that
-was started ahead instead of waiting for a worker to start.
+timeout and every call after it included: the guards block times inputs built to make the parser
+take seconds (refused before parsing), a ground truth too expensive to evaluate (decided without a
+parser), --timeouts real timeouts in a row (the structural refusal switched off for them: the
+limit, then the kill, within the limit), each followed by easy calls, which fork a worker from the
+warm fork server instead of waiting for one to start. --load N runs N busy-loop processes beside
+the whole benchmark (2 saturates this project's 2 cores, as a training run does); --only-guards
+times the guards block alone:
+
+    OMP_NUM_THREADS=1 python bench/bench_verifier.py --only-guards --load 2
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import random
@@ -39,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import machine_line, title_line  # noqa: E402
 
 import verifier  # noqa: E402
+from plumbing import math_equivalence, math_workers, sympy_guard  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 INTEGER_DATA = FIXTURES / "dapo_math_17k_64.jsonl"
@@ -179,22 +186,18 @@ PARSER_BOMBS = (
     ("\\sum_{k=1}^{1000} k^{k}", "\\sum_{k=1}^{1000} k^{k}"),
 )
 # The structural refusal (G7) stops every input known to reach the time limit; the limit itself is
-# the backstop for what it does not foresee. To time one timeout, this script switches the refusal
-# off for one call, so that the tower goes to the parser as it did before dapo-verifier-4.
+# the backstop for what it does not foresee. To time timeouts, this script switches the refusal off
+# for those calls, so that the tower goes to the parser as it did before dapo-verifier-4.
 TIMEOUT_BOMB = "9^{9^{9^{9}}}"  # structurally small; its value has ~10^369693099 digits
+# After each timeout, easy calls that must not wait for a worker's start-up (each well under 1 s alone).
+AFTER_TIMEOUT = (("Answer: \\frac{26}{2}", "13"), ("Answer: \\frac{\\sqrt{8}}{2}", "\\sqrt{2}"),
+                 ("Answer: \\frac{1}{2}", "0.5"))  # fmt: skip
+COSTLY_TRUTH = "3^{3^{3^{3}}}"  # a ground truth too expensive to evaluate (G7): guarded as an answer is
 
 
-def _wait_for_spares() -> None:
-    """Until the math mode's spare workers are started (verifier.SPARE_WORKERS besides the one in use)."""
-    while len(verifier._idle_workers) < 1 + verifier.SPARE_WORKERS:  # hang guard: the runner's timeout
-        if not verifier._starting:
-            verifier._start_spare()
-        time.sleep(0.05)
-
-
-def guards(timeout_s: float) -> float:
+def guards(timeout_s: float, rounds: int) -> float:
     """Print the guards block (see the module docstring); return its slowest call, in seconds, the
-    timeouts included (each must return within timeout_s: G7 of verifier.py)."""
+    timeouts and the calls after them included (each must return within timeout_s: G7)."""
     slowest = 0.0
     for name, bomb in PARSER_BOMBS:
         t0 = time.perf_counter()
@@ -202,31 +205,43 @@ def guards(timeout_s: float) -> float:
         elapsed = time.perf_counter() - t0
         slowest = max(slowest, elapsed)
         print(f"  {name:32} {elapsed * 1e3:9.3f} ms  {s.reason}")
+    for label, response in (("costly ground truth, as written", f"Answer: {COSTLY_TRUTH}"), ("costly ground truth, 5", "Answer: 5")):
+        t0 = time.perf_counter()
+        s = verifier.score(response, COSTLY_TRUTH, mode="math", timeout_s=timeout_s)
+        elapsed = time.perf_counter() - t0
+        slowest = max(slowest, elapsed)
+        print(f"  {label:32} {elapsed * 1e3:9.3f} ms  {s.reason}")
+    server = math_workers._started_server()
     t0 = time.perf_counter()
-    worker = verifier._MathWorker()  # what a call would wait for without a spare
-    start_up = time.perf_counter() - t0
+    worker = server.fork()  # what a call after a timeout waits for: a fork of the warm server
+    fork_s = time.perf_counter() - t0
     worker.kill()
-    _wait_for_spares()
-    refusal = verifier._cost_refusal
-    verifier._cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
-    try:
-        timed = []
-        for label in ("a timeout (refusal off)", "a second timeout, right after"):
+    timed = []
+    refusal = sympy_guard.cost_refusal
+    for round_ in range(1, rounds + 1):
+        sympy_guard.cost_refusal = lambda pred: None  # the refusal off: the tower reaches the parser
+        try:
             t0 = time.perf_counter()
             s = verifier.score(f"Answer: {TIMEOUT_BOMB}", "1", mode="math", timeout_s=timeout_s)
-            timed.append((label, time.perf_counter() - t0, s.reason))
-    finally:
-        verifier._cost_refusal = refusal
-    t0 = time.perf_counter()
-    after = verifier.score("Answer: \\frac{26}{2}", "13", mode="math", timeout_s=timeout_s)
-    next_call = time.perf_counter() - t0
+            timed.append((f"timeout {round_} (refusal off)", time.perf_counter() - t0, s.reason))
+        finally:
+            sympy_guard.cost_refusal = refusal
+        for response, truth in AFTER_TIMEOUT:
+            t0 = time.perf_counter()
+            s = verifier.score(response, truth, mode="math", timeout_s=timeout_s)
+            timed.append((f"  then {response[8:30]}", time.perf_counter() - t0, s.reason))
     for label, elapsed, reason in timed:
         slowest = max(slowest, elapsed)
-        print(f"  {label:32} {elapsed:9.3f} s   {reason} (limit {timeout_s:g} s, the kill included)")
-    slowest = max(slowest, next_call)
-    print(f"  {'the call right after them':32} {next_call * 1e3:9.3f} ms  {after.reason} (took a spare; "
-          f"a worker start, what it would have waited: {start_up:.2f} s)")
+        print(f"  {label:32} {elapsed:9.3f} s   {reason}")
+    print(f"  {'a fork of the warm server':32} {fork_s * 1e3:9.3f} ms  (what a call after a timeout waits for)")
     return slowest
+
+
+def _busy_loops(count: int) -> list:
+    """count processes that spin on a core each (the load of a training run beside the verifier)."""
+    import subprocess
+
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
 def interleaved_rates(modes, responses, truths, repeats: int, chunk: int = 250) -> dict:
@@ -287,9 +302,9 @@ def limits() -> None:
     for name, preds in LIMIT_CASES:
         print(f"{name}:")
         for pred in preds:
-            refusal = verifier._cost_refusal(verifier._normalise_math(pred))
+            refusal = sympy_guard.cost_refusal(math_equivalence.normalise_math(pred))
             t0 = time.perf_counter()
-            reply = verifier._ask_math_worker({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
+            reply = math_workers.ask({"truth": "13", "preds": [pred]}, LIMIT_TIMEOUT_S)
             elapsed = time.perf_counter() - t0
             print(f"  {pred:34} {elapsed:7.3f} s  {reply['status']:8} {'refused' if refusal else 'accepted'}")
 
@@ -305,6 +320,10 @@ def main() -> None:
     parser.add_argument("--math-data", type=Path, default=MATH_DATA,
                         help="JSONL with LaTeX 'answer' (and optional 'problem') fields "
                         "(default: the repository's tests/fixtures/math500_answers.jsonl)")
+    parser.add_argument("--timeouts", type=int, default=3, help="timeouts in a row in the guards block")
+    parser.add_argument("--load", type=int, default=0,
+                        help="busy-loop processes running beside the whole benchmark (0: none; 2 saturates 2 cores)")
+    parser.add_argument("--only-guards", action="store_true", help="only the guards block (math mode's time limit)")
     parser.add_argument("--limits", action="store_true",
                         help="only time the inputs behind verifier.py's structural limits (G7), refusal off")
     args = parser.parse_args()
@@ -313,13 +332,31 @@ def main() -> None:
         print(machine_line(f", usable cores {len(os.sched_getaffinity(0))}"))
         limits()
         return
+    loads = _busy_loops(args.load)
+    try:
+        _run(args)
+    finally:
+        for proc in loads:
+            proc.kill()
+
+
+def _run(args: argparse.Namespace) -> None:
     integer_rows, math_rows = read_rows(args.integer_data), read_rows(args.math_data)
 
     versions = {name: importlib.metadata.version(name) for name in ("math-verify", "sympy")}
+    time.sleep(2 if args.load else 0)  # the busy loops running, so that the load line reports them
     print(title_line("bench_verifier"))
-    print(machine_line(f", usable cores {len(os.sched_getaffinity(0))}"))
+    print(machine_line(f", usable cores {len(os.sched_getaffinity(0))}, busy-loop processes beside it {args.load}"))
     print(f"# python {platform.python_version()}, verifier {verifier.VERSION}, "
           + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    if args.only_guards:
+        verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # the workers' server, outside the timing
+        print(f"\nguards (math mode, timeout {verifier.DEFAULT_TIMEOUT_S:g} s):")
+        slowest = guards(verifier.DEFAULT_TIMEOUT_S, args.timeouts)
+        verdict = "within" if slowest <= verifier.DEFAULT_TIMEOUT_S else "OVER"
+        print(f"math mode, slowest call, timeouts and the calls after them included: {slowest:.3f} s ({verdict} the "
+              f"{verifier.DEFAULT_TIMEOUT_S:g} s limit)")
+        return
 
     responses, truths = integer_responses(integer_rows, args.n)
     mean_chars = sum(map(len, responses)) / len(responses)
@@ -336,8 +373,7 @@ def main() -> None:
     print(f"\ngeneral answers: {len(responses)} responses ({args.math_data.name}, {len(math_rows)} rows), "
           "one core, timeout 2 s")
     print(f"{'rule':16} {'responses/s':>12} {'accuracy':>9} {'slowest call':>13}  note")
-    verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the worker outside the timing
-    _wait_for_spares()  # and its spares, whose start-up (seconds of CPU each) would slow the timed calls
+    verifier.score("Answer: \\frac{1}{2}", "0.5", mode="math")  # start the workers' server outside the timing
     per_s, ours, slowest, where = rate(lambda r, t: verifier.score(r, t, mode="math"), responses, truths)
     reasons = {}
     for s in ours:
@@ -347,6 +383,8 @@ def main() -> None:
     print(f"{'':16} slowest call: ground truth {truths[where][:40]!r}, prediction {(ours[where].pred or '')[:40]!r}")
 
     from math_verify import parse, verify
+
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # its timeouts print whole responses
 
     gold_cache = {}
 
@@ -366,9 +404,9 @@ def main() -> None:
     print(f"{'dapo-official':16} {'':>12} {sum(official) / len(official):>9.3f} {'':>13}  (string rule on the same)")
 
     print(f"\nguards (math mode, timeout {verifier.DEFAULT_TIMEOUT_S:g} s):")
-    slowest = max(slowest, guards(verifier.DEFAULT_TIMEOUT_S))
+    slowest = max(slowest, guards(verifier.DEFAULT_TIMEOUT_S, args.timeouts))
     verdict = "within" if slowest <= verifier.DEFAULT_TIMEOUT_S else "OVER"
-    print(f"math mode, slowest call, timeouts included: {slowest:.3f} s ({verdict} the "
+    print(f"math mode, slowest call, timeouts and the calls after them included: {slowest:.3f} s ({verdict} the "
           f"{verifier.DEFAULT_TIMEOUT_S:g} s limit)")
 
 

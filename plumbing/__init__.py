@@ -25,9 +25,22 @@ The folder has two floors: distributed, forward, decoding, loading, models and p
 components (rollout.py and task.py import them); policy, update, generator, transport, vllm_engine, runlog,
 checkpoints and cli use those components in turn.
 
+The verifier's machinery (verifier.py imports these; none of them imports verifier.py):
+
+    final_answer.py       where a response states its final answer: the end of the turn, markers, boxes
+    answer_markup.py      the markup around a value, digit groups, one definition of a variable's name
+    integer_answer.py     one integer read out of an answer text (the "dapo" mode's values)
+    result_statements.py  which values a text states as a result (no second final value)
+    math_equivalence.py   the "math" mode: normalisation, refusals, assignments, the call to math-verify
+    math_domains.py       inequalities and inequations as unions of intervals
+    sympy_guard.py        what an answer asks sympy to compute, bounded before any parser
+    math_workers.py       the math worker processes, forked from a warm fork server, killed on timeout
+    math_verify_process.py  the program of those processes (the fork server and its workers)
+
 Where a new module goes: here if it is machinery the loop calls (processes, memory, I/O, engines);
 in evaluation/ if it measures a model or a run; in tasks/ if it is a task; at the repository root
 only if it is one of the algorithm's components or a command a user types. Modules here may import
 the root's components (rollout, task, verifier, dapo) but never its commands (train, eval, report,
-preflight); tests/test_layout.py checks that.
+preflight), and none that a root component imports may import it back (no cycle); tests/test_layout.py
+checks both.
 """

@@ -2,8 +2,9 @@
 scoring, properties, the committed fixtures, and the CLI. The kinds of wrong verdict fixed in
 dapo-verifier-2 have their tables and properties in tests/test_verifier_kinds.py, those of
 dapo-verifier-3 in tests/test_verifier_notation.py, the final-answer grammar of dapo-verifier-4 in
-tests/test_verifier_grammar.py; the guards (code in model text never executed, bounded time on
-expressions built to hang, the parse and cost limits, the spare workers) in
+tests/test_verifier_grammar.py, its rows made general (dapo-verifier-5) in
+tests/test_verifier_general.py; the guards (code in model text never executed, bounded time on
+expressions built to hang, the parse and cost limits, the worker processes) in
 tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier.py
@@ -27,6 +28,7 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import verifier  # noqa: E402
+from plumbing import answer_markup, integer_answer, math_equivalence  # noqa: E402
 from verifier import EXCEPTION_REASONS, MODES, REASONS, Score, score, score_batch  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"  # committed; see fixtures/README.md
@@ -49,7 +51,7 @@ DAPO_CASES = [
     ("Answer:\n\n85", "85", True, "ok"),
     ("Answer: -3", "-3", True, "ok"),
     ("Answer: 3", "-3", False, "wrong"),
-    # the official rule's false negatives (deviations 1-10 of the module docstring)
+    # the official rule's false negatives (deviations 1-10 of docs/verifier.md)
     ("Answer: 13" + LONG_TAIL, "13", True, "ok"),
     ("Answer: 13.", "13", True, "ok"),
     ("**Answer:** 13", "13", True, "ok"),
@@ -311,7 +313,7 @@ def test_score_batch_length_mismatch_raises():
 
 
 def test_public_constants():
-    assert verifier.VERSION == "dapo-verifier-4"  # bumped with the grammar (G1-G7) and deviations 30-39
+    assert verifier.VERSION == "dapo-verifier-5"  # bumped with G5 by construction and the rows made general (40-47)
     assert MODES == ("dapo", "dapo-official", "math")
     assert EXCEPTION_REASONS <= set(REASONS) and {"timeout", "parse_error"} <= EXCEPTION_REASONS
     tables = DAPO_CASES + MATH_CASES  # the kinds' tables: tests/test_verifier_kinds.py
@@ -367,12 +369,12 @@ def test_property_exact_ground_truth_in_required_format_is_correct(truth, line):
 @FEW
 @given(st.text(alphabet="0123456789 ,.$*\\{}()[]`_boxedtext=+-x%\u2212", max_size=40))
 def test_property_normalisation_is_idempotent(text):
-    assert verifier._peel(verifier._peel(text)) == verifier._peel(text)
-    once = verifier._normalise_math(text)
-    assert verifier._normalise_math(once) == once
-    pred, reason, _ = verifier._integer_candidate(text)
+    assert answer_markup.peel(answer_markup.peel(text)) == answer_markup.peel(text)
+    once = math_equivalence.normalise_math(text)
+    assert math_equivalence.normalise_math(once) == once
+    pred, reason, _ = integer_answer.integer_candidate(text)
     if not reason:
-        assert verifier._integer_candidate(pred)[:2] == (pred, "")
+        assert integer_answer.integer_candidate(pred)[:2] == (pred, "")
 
 
 # --- real data: the committed fixtures (tests/fixtures/README.md) --------------------------------

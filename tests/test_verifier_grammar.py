@@ -309,10 +309,13 @@ TAKEN_BACK = [
     ("Without the constraint the count would be \\boxed{19}. The real count is 17.", "19", False, "multiple_answers"),
     ("So the answer is \\boxed{19}.\n\nBut we must exclude 2 cases, giving 17.", "19", False, "multiple_answers"),
     ("Answer: 19\nWait, I double counted; the answer is actually 17.", "19", False, "multiple_answers"),
-    ("Answer: 19\nWait, let me double-check: there are 10 ways to pick the pair.", "19", True, "ok"),  # a check
+    # dapo-verifier-5: a value stated as the result after the final answer, whatever the words
+    ("Answer: 19\nWait, let me double-check: there are 10 ways to pick the pair.", "19", False, "multiple_answers"),
     ("So the answer is \\boxed{19}. Check: 19 = 10 + 9.", "19", True, "ok"),  # "=" restates nothing
     ("So the answer is \\boxed{19}. But let me double check: the total is 19.", "19", True, "ok"),
-    ("So the answer is \\boxed{19}.\n\nThe sum of the digits is 10.", "19", True, "ok"),  # no contrast word
+    ("So the answer is \\boxed{19}.\n\nThe sum of the digits is 10.", "19", False, "multiple_answers"),
+    ("So the answer is \\boxed{19}.\n\nThe digits add up: 1 + 9 = 10.", "19", False, "multiple_answers"),
+    ("So the answer is \\boxed{19}.\n\nWe used each of the digits 1 and 9 once.", "19", True, "ok"),  # no result
 ]  # fmt: skip
 
 # Deviation 37: boxes in an "Answer:" line are read with the words around them
@@ -416,4 +419,4 @@ def test_every_table_has_five_rows_and_known_reasons():
               TAKEN_BACK, BOXES_WITH_WORDS, EMPTY_SET, SET_DIFFERENCE, RELATIONS]  # fmt: skip
     for table in tables:
         assert len(table) >= 5 and {reason for *_, reason in table} <= set(REASONS)
-    assert verifier.VERSION == "dapo-verifier-4"
+    assert verifier.VERSION.startswith("dapo-verifier-")  # the grammar of dapo-verifier-4; 5: tests/test_verifier_general.py

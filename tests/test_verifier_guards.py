@@ -1,8 +1,8 @@
 """Tests of verifier.py's guards: code in model text is never executed, and expressions built to
 hang or explode the math parser come back in bounded time: refused before parsing when their
 structure says they are expensive (G7 of verifier.py), else as verifier exceptions (timeout,
-parse_error), with the worker processes that make this possible (killed on a timeout, replaced in
-the background, the wait for one counted in the time limit). The verdict tables are in
+parse_error), with the worker processes that make this possible (killed on a timeout, replaced by
+a fork of a warm fork server: no call after a timeout waits for a start-up). The verdict tables are in
 tests/test_verifier.py, tests/test_verifier_kinds.py and tests/test_verifier_grammar.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_guards.py
@@ -16,6 +16,8 @@ from __future__ import annotations
 import inspect
 import json
 import multiprocessing
+import os
+import signal
 import sys
 import threading
 import time
@@ -25,6 +27,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import verifier  # noqa: E402
+from plumbing import math_equivalence, math_workers, sympy_guard  # noqa: E402
 from verifier import EXCEPTION_REASONS, MODES, REASONS, score  # noqa: E402
 
 
@@ -56,7 +59,7 @@ def test_math_worker_parser_does_not_execute_code(tmp_path):
     """Past our own dunder filter too: the parser itself reads code as symbols, never runs it."""
     path = tmp_path / "pwned"
     preds = [p.format(path=path) for p in INJECTIONS]
-    reply = verifier._ask_math_worker({"truth": "13", "preds": preds}, 5.0)
+    reply = math_workers.ask({"truth": "13", "preds": preds}, 5.0)
     assert reply["status"] in ("ok", "parse_error"), reply
     assert reply.get("verdicts", [False]) == [False] * len(reply.get("verdicts", [False]))
     assert not path.exists()
@@ -74,17 +77,10 @@ BOMBS = [
 ]
 
 
-def _ensure_idle_workers(count: int = 1, limit_s: float = 300.0) -> None:
-    """Have `count` started math workers waiting, so that each timing below measures the time limit,
-    not a worker start-up (which score() does not count: see its docstring). Spares start in
-    background threads (after a call takes the last idle worker): wait for those; with none
-    starting, start one. limit_s is a hang guard only (a start takes seconds)."""
-    deadline = time.monotonic() + limit_s
-    while len(verifier._idle_workers) < count and time.monotonic() < deadline:
-        if not any(thread.name == verifier._STARTER_THREAD for thread in threading.enumerate()):
-            verifier._start_spare()
-        time.sleep(0.05)
-    assert len(verifier._idle_workers) >= count, f"no {count} math workers ready within {limit_s} s"
+def _ensure_server() -> None:
+    """Have the math workers' fork server started, so that each timing below measures the time
+    limit, not the server's start-up (which score() does not count: see its docstring)."""
+    math_workers._started_server()
 
 
 # Text built to make string rules slow (backtracking, quadratic rescans, one check per marker):
@@ -137,7 +133,7 @@ def test_bombs_return_within_time_limit():
     for bomb in BOMBS:
         for mode in MODES:
             if mode == "math":
-                _ensure_idle_workers()
+                _ensure_server()
             start = time.monotonic()
             s = score(f"Answer: {bomb}", "13", mode=mode, timeout_s=timeout_s)
             elapsed = time.monotonic() - start
@@ -153,18 +149,18 @@ def test_bombs_return_within_time_limit():
 # refused before parsing otherwise: test_expensive_answers_are_refused_before_parsing).
 @pytest.fixture
 def no_structural_refusal(monkeypatch):
-    monkeypatch.setattr(verifier, "_cost_refusal", lambda pred: None)
+    monkeypatch.setattr(sympy_guard, "cost_refusal", lambda pred: None)
 
 
 def test_timeout_default_is_two_seconds_and_is_an_exception(no_structural_refusal):
     assert inspect.signature(score).parameters["timeout_s"].default == verifier.DEFAULT_TIMEOUT_S == 2.0
-    _ensure_idle_workers()
+    _ensure_server()
     start = time.monotonic()
     s = score("Answer: 9^{9^{9^{9}}}", "13", mode="math")
     elapsed = time.monotonic() - start
     assert s.reason == "timeout" and s.reason in EXCEPTION_REASONS and not s.correct
     # Not before the limit (a property of the code, on any machine), and a hang guard after it.
-    assert 1.9 < elapsed < 2.0 + MATH_HANG_MARGIN_S
+    assert 2.0 - math_workers.TIMEOUT_MARGIN_S - 0.05 < elapsed < 2.0 + MATH_HANG_MARGIN_S
 
 
 def test_timeout_works_in_a_thread(no_structural_refusal):
@@ -186,11 +182,10 @@ def _score_in_child(response: str, timeout_s: float) -> tuple[str, float]:
 def test_timeout_works_in_a_daemonic_worker_process(no_structural_refusal):
     # multiprocessing pool workers are daemonic and may not start multiprocessing children;
     # the verifier's subprocess workers are allowed there. The child's first call starts its own
-    # worker and the spares; the second may have to wait for a spare to finish starting, which its
-    # time limit counts (G7): the limit given leaves room for that start on a loaded machine.
+    # fork server (not counted in its limit); the second forks a worker from it (counted, G7).
     with multiprocessing.get_context("fork").Pool(1) as pool:
         reason, _ = pool.apply(_score_in_child, ("Answer: 9^{9^{9^{9}}}", 1.0))
-        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}", verifier.WORKER_START_TIMEOUT_S))
+        ok_reason, _ = pool.apply(_score_in_child, ("Answer: \\frac{26}{2}", 30.0))  # a hang guard
     assert (reason, ok_reason) == ("timeout", "ok")
 
 
@@ -221,7 +216,7 @@ def _check_refused_before_parsing(pred: str, refused: bool, why: str, monkeypatc
     """pred is refused as malformed (detail holding `why`) without asking a worker, or reaches the
     worker (a stand-in that judges it wrong); string work only either way."""
     asked = []
-    monkeypatch.setattr(verifier, "_ask_math_worker", lambda request, timeout_s: asked.append(request) or
+    monkeypatch.setattr(math_workers, "ask", lambda request, timeout_s: asked.append(request) or
                         {"status": "ok", "verdicts": [False] * len(request["preds"])})  # fmt: skip
     start = time.monotonic()
     s = score(f"Answer: {pred}", "7", mode="math")
@@ -238,46 +233,53 @@ def test_parse_limits_refuse_before_parsing(pred, refused, monkeypatch):
 
 
 def test_parse_limits_are_documented_constants():
-    assert (verifier.MAX_NESTING_DEPTH, verifier.MAX_ANSWER_TOKENS) == (8, 160)
+    assert (sympy_guard.MAX_NESTING_DEPTH, sympy_guard.MAX_ANSWER_TOKENS) == (8, 160)
 
 
-def test_a_timeout_leaves_a_ready_spare_for_the_next_call(monkeypatch, no_structural_refusal):
-    """A timeout kills its worker; the next call takes a spare that was started before, ready,
-    instead of waiting for a worker to start (2-4 s)."""
-    used = []
-    ask = verifier._MathWorker.ask
-
-    def recording_ask(worker, request, timeout_s):
-        used.append(worker)
-        return ask(worker, request, timeout_s)
-
-    monkeypatch.setattr(verifier._MathWorker, "ask", recording_ask)
-    _ensure_idle_workers(2)
-    spare = verifier._idle_workers[0]  # the call below takes the last one: this one is left
-    assert score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=1.0).reason == "timeout"
-    assert spare in verifier._idle_workers  # ready when the timeout is over
-    ready = list(verifier._idle_workers)
-    assert score("Answer: \\frac{26}{2}", "13", mode="math").reason == "ok"
-    assert used[-1] in ready  # the next call used a ready one: no start-up in its way
+def test_after_any_number_of_timeouts_a_call_never_waits_for_a_start_up(monkeypatch, no_structural_refusal):
+    """A timeout kills its worker; the next call takes an idle worker or forks a warm one from the
+    fork server (milliseconds), never a worker that imports sympy: with the server up, nothing here
+    may start one. Each easy call after a timeout is "ok", not a timeout (G7)."""
+    _ensure_server()
+    forks = []
+    fork = math_workers._ForkServer.fork
+    monkeypatch.setattr(math_workers._ForkServer, "fork", lambda server: forks.append(1) or fork(server))
+    monkeypatch.setattr(math_workers, "_start_server", lambda: pytest.fail("a fork server started after a timeout"))
+    for _ in range(3):
+        assert score("Answer: 9^{9^{9^{9}}}", "13", mode="math", timeout_s=0.5).reason == "timeout"
+        assert score("Answer: \\frac{26}{2}", "13", mode="math").reason == "ok"
+    assert len(forks) >= 3  # each timed-out worker was replaced by a fork
 
 
-def test_a_spare_worker_that_cannot_start_raises_nothing_in_its_thread(monkeypatch):
-    # Seen once in CI: Popen of the spare worker failed with OSError (errno 14) in the background
-    # thread, which surfaced as an unhandled thread exception. The spare is only a head start.
-    before = list(verifier._idle_workers)
+def test_a_fork_server_that_cannot_start_raises_nothing_in_prepare(monkeypatch):
+    """prepare() starts the server in a background thread; a failure there (an OSError from the OS, a
+    server that does not answer) is left to the call that needs the server, which raises it."""
+    monkeypatch.setattr(math_workers, "_server", None)
+    monkeypatch.setattr(math_workers, "_server_starting", False)
 
     def cannot_start():
         raise OSError(14, "Bad address")
 
-    monkeypatch.setattr(verifier, "_MathWorker", cannot_start)
+    monkeypatch.setattr(math_workers, "_ForkServer", cannot_start)
     errors = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
-    thread = verifier._start_spare()
-    thread.join(10)
-    assert not thread.is_alive() and errors == []
-    assert verifier._idle_workers == before  # no half-made worker left behind
-    monkeypatch.undo()
-    assert score("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", mode="math").correct  # the next call starts its own
+    math_workers.prepare()
+    for thread in threading.enumerate():
+        if thread.name == math_workers._STARTER_THREAD:
+            thread.join(10)
+    assert errors == [] and math_workers._server is None and not math_workers._server_starting
+
+
+def test_a_dead_worker_is_a_worker_error_and_a_dead_server_is_replaced():
+    _ensure_server()
+    worker = math_workers._server.fork()
+    os.kill(worker.pid, signal.SIGKILL)
+    math_workers._idle_workers.append(worker)
+    reply = math_workers.ask({"truth": "1", "preds": ["1"]}, 5.0)
+    assert reply["status"] == "worker_error", reply
+    math_workers._server.proc.kill()  # the server itself: the next fork finds it gone and starts a new one
+    math_workers._server.proc.wait()
+    assert score("\\boxed{\\frac{2}{4}}", "\\frac{1}{2}", mode="math").correct
 
 
 # Answers too expensive to evaluate (G7): (prediction, refused before parsing). Refused ones never
@@ -322,30 +324,12 @@ def test_every_math500_answer_passes_the_structural_refusal():
     lines = (Path(__file__).parent / "fixtures" / "math500_answers.jsonl").read_text().splitlines()
     answers = [json.loads(line)["answer"] for line in lines if line.strip()]
     assert len(answers) == 500
-    refused = [a for a in answers if verifier._cost_refusal(verifier._normalise_math(a)) is not None]
+    refused = [a for a in answers if sympy_guard.cost_refusal(math_equivalence.normalise_math(a)) is not None]
     assert refused == []
 
 
-def test_a_call_waiting_for_a_starting_spare_returns_within_its_limit(monkeypatch):
-    """The time limit counts the wait for a worker (G7): with no worker idle and a spare still
-    starting, the call times out at its limit instead of waiting for the start (seconds)."""
-    with verifier._workers_lock:
-        idle, verifier._idle_workers[:] = list(verifier._idle_workers), []
-    monkeypatch.setattr(verifier, "_starting", 1)  # a spare on its way that never comes
-    monkeypatch.setattr(verifier, "_top_up_spares", lambda: None)
-    try:
-        start = time.monotonic()
-        reply = verifier._ask_math_worker({"truth": "1", "preds": ["1"]}, 0.3)
-        elapsed = time.monotonic() - start
-    finally:
-        with verifier._workers_lock:
-            verifier._idle_workers[:] = idle
-    assert reply["status"] == "timeout" and "no math worker free" in reply["detail"], reply
-    assert 0.3 <= elapsed < 0.3 + MATH_HANG_MARGIN_S  # not before the limit; a hang guard after it
-
-
 def test_structural_limits_are_documented_constants():
-    limits = (verifier.MAX_VALUE_DIGITS, verifier.MAX_FACTORIAL_ARGUMENT, verifier.MAX_EXPANSION_TERMS)
+    limits = (sympy_guard.MAX_VALUE_DIGITS, sympy_guard.MAX_FACTORIAL_ARGUMENT, sympy_guard.MAX_EXPANSION_TERMS)
     assert limits == (100_000, 10_000, 40)
-    assert (verifier.MAX_SERIES_TERMS, verifier.MAX_SERIES_WORK, verifier.SPARE_WORKERS) == (100, 10**6, 2)
-    assert 0 < verifier.TIMEOUT_MARGIN_S < 0.1
+    assert (sympy_guard.MAX_SERIES_TERMS, sympy_guard.MAX_SERIES_WORK) == (100, 10**6)
+    assert 0 < math_workers.TIMEOUT_MARGIN_S <= 0.3

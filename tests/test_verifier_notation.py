@@ -3,8 +3,8 @@ is several answers, a retraction in words is not), values written in another not
 notation, digit groups, signs, degrees, units, glosses, equations, brace-less boxes), exact integers
 of any length, and in math mode repeating decimals and intervals that are named sets. One table of
 cases per kind, each with the refusals that keep the kind from being gamed, and hypothesis
-properties. Each kind is a numbered deviation in verifier.py's module docstring; the parse limits
-and the spare worker are tested in tests/test_verifier_guards.py.
+properties. Each kind is a numbered deviation of docs/verifier.md; the parse limits and the
+worker processes are tested in tests/test_verifier_guards.py.
 
 Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_verifier_notation.py
 """
