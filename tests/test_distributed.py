@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 # lr 1e-5: Adam divides by sqrt(v), so on parameters whose gradient is ~0 a float-order difference
 # in the summed gradient can move the update by up to ~lr; a small lr keeps that below the 1e-5 bar
 # while the steps still move the weights (checked below).
-ARGS = ["--lr", "1e-5", "--steps", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6",
+ARGS = ["--task_args", '{"train_size": 500}', "--lr", "1e-5", "--steps", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6",
         "--mini_batch_size", "8", "--micro_batch_size", "3", "--gen_shards", "2", "--seed", "3",
         "--surrogate", "gspo", "--loss_agg", "seq-mean-token-mean"]
 

@@ -43,7 +43,7 @@ NOT_IN_THESE_RUNS = {
     "greedy_pass@1": "eval.py --greedy true", "greedy_gen_seconds": "eval.py --greedy true",
 }
 
-SMALL = ["--steps", "2", "--eval_limit", "4", "--eval_k", "2", "--prompts_per_step", "4",
+SMALL = ["--task_args", '{"train_size": 500}', "--steps", "2", "--eval_limit", "4", "--eval_k", "2", "--prompts_per_step", "4",
          "--gen_prompts_per_round", "6", "--mini_batch_size", "16", "--micro_batch_size", "16",
          "--probe_every", "1", "--probe_size", "4"]
 RUNS = {

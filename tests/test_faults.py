@@ -252,7 +252,7 @@ def test_greedy_requests_have_no_logprobs(base_dir, prompts):
     assert all(s.logprobs is None and s.token_ids for g in samples for s in g)
 
 
-SMALL = ["--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6", "--mini_batch_size", "8",
+SMALL = ["--task_args", '{"train_size": 500}', "--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6", "--mini_batch_size", "8",
          "--eval_data=", "--probe_every", "0", "--run_id", "fixed"]
 
 

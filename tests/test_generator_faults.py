@@ -45,7 +45,8 @@ from procs import left
 
 REPO = Path(__file__).resolve().parents[1]
 RUN = ["--max_policy_lag", "1", "--generator_workers", "2", "--prompts_per_step", "8", "--eval_data", "",
-       "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu"]  # also on a GPU host
+       "--mini_batch_size", "32", "--micro_batch_size", "16", "--run_id", "t", "--device", "cpu",  # cpu: also on a GPU host
+       "--task_args", '{"train_size": 500}']  # 500 training problems: each process tokenises fewer prompts
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="process faults are provoked with Linux signals")
 

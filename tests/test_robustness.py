@@ -26,7 +26,7 @@ from plumbing import policy
 from task import Task
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = ["--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6", "--mini_batch_size", "8",
+SMALL = ["--task_args", '{"train_size": 500}', "--group_size", "4", "--prompts_per_step", "4", "--gen_prompts_per_round", "6", "--mini_batch_size", "8",
          "--eval_limit", "8", "--eval_k", "2", "--probe_every", "2", "--probe_size", "4", "--run_id", "fixed", "--seed", "1"]
 VOLATILE = ("time/", "perf/", "memory/")  # wall-clock figures differ between any two runs
 

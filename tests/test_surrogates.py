@@ -458,7 +458,7 @@ def _strip(rows: list[dict], drop=("time/", "perf/", "memory/", "async/", "gen_w
                                     "--offpolicy_objective", "decoupled"]], ids=["cispo-bypass", "gspo-decoupled"])
 def test_generator_process_at_lag_0_reproduces_inline_with_each_surrogate(tmp_path, flags):
     # 8 groups x 8 answers, mini-batch 16: 4 optimizer steps per rollout step, so the ratio leaves 1.
-    small = ["--steps", "2", "--eval_data", "", "--probe_every", "0", "--prompts_per_step", "8",
+    small = ["--task_args", '{"train_size": 500}', "--steps", "2", "--eval_data", "", "--probe_every", "0", "--prompts_per_step", "8",
              "--gen_prompts_per_round", "12", "--mini_batch_size", "16", "--micro_batch_size", "16", "--run_id", "t", *flags]
     inline, proc = tmp_path / "inline", tmp_path / "proc"
     train.main(["--run_dir", str(inline), *small])

