@@ -10,10 +10,10 @@ panel per run), report.md (run identity, config differences, held-out before/aft
 resource envelope, length x correctness, rollout age, the audit of rewarded answers of evaluation/audit.py),
 diagnosis.json and audit.json.
 
-`diagnose` names which of DAPO's four boundaries a run crossed (exploration, contrast, credit,
-reward) and the switch that addresses it; its thresholds are the constants of that section, each
-with its reason, and report.md prints them as a table. Measuring a model (avg@k, pass@k,
-comparisons) is eval.py's job, not this file's.
+`diagnose` (evaluation/diagnosis.py) names which of DAPO's four boundaries a run crossed
+(exploration, contrast, credit, reward) and the switch that addresses it; its thresholds are that
+module's constants, each with its reason, and report.md prints them as a table. Measuring a model
+(avg@k, pass@k, comparisons) is eval.py's job, not this file's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ import dataclasses
 import json
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,226 +30,12 @@ import train  # Config defaults only, for the "config differences" table
 from plumbing import cli
 from evaluation import audit
 from evaluation.audit import age_bucket  # rollout ages, shared with the audit
+# The diagnosis of the four boundaries (its checks and thresholds): evaluation/diagnosis.py.
+from evaluation.diagnosis import THRESHOLDS, Finding, column as _col, diagnose  # noqa: F401  (report.diagnose, as before)
 
 
 def _fmt(x) -> str:
     return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
-
-
-# --- diagnosis: which of DAPO's four boundaries failed ------------------------------------------------
-#
-# DAPO's interventions each guard one boundary of the RL loop (paper section 3): can the policy still explore (3.1 Clip-Higher), does the batch still hold
-# contrast (3.2 Dynamic Sampling), is credit spread sensibly over long answers (3.3 token-level loss),
-# does the reward tell wrongness from running out of budget (3.4 overlong shaping). `diagnose` reads
-# a run's metrics.jsonl history and names the boundary that failed and the switch that addresses it.
-# Every threshold below is a module constant; `THRESHOLDS` renders them as the table in report.md.
-# Level checks average the last DIAG_WINDOW steps; trend checks compare that to the first
-# DIAG_WINDOW steps and need MIN_TREND_STEPS logged steps.
-
-DIAG_WINDOW = 5  # steps averaged at each end of the history: one noisy step neither fires nor hides a finding
-MIN_TREND_STEPS = 4  # a trend (entropy fall, length growth) needs two windows of >= 2 steps each
-# exploration (paper 3.1, Fig. 2b: without Clip-Higher entropy falls steadily from the first steps)
-# Measured here (30 steps of the tiny default, 2 CPU cores): the last 5 steps kept 77% (DAPO) and 71% (--preset grpo)
-# of the first 5 steps' entropy, per-step values 0.055-0.148 nats; neither run fires any check below.
-ENTROPY_REL_FLOOR = 0.3  # last-window entropy < 30% of the first window's = collapse; the healthy runs above stay > 70%
-ENTROPY_ABS_FLOOR = 0.01  # nats/token; ~ one alternative token at 0.13% per position: G samples become near copies
-# clipfrac_high below this = the upper clip never binds (a token with old probability above 1/(1+eps_high) cannot
-# reach it). Only sets severity: the tiny policy is so peaked that its healthy runs sit at ~1e-4 too.
-CLIPFRAC_HIGH_IDLE = 1e-3
-# contrast (paper 3.2, Fig. 3b: the share of all-correct groups rises during training)
-UNIFORM_GROUPS_MAX = 0.8  # all-correct + all-wrong share above this: < 1 group in 5 carries any advantage
-KEPT_FRAC_MIN = 0.2  # with dynamic sampling, below this each trained group costs > 5 generated groups (tiny default: ~0.33)
-BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half the window's steps used every round
-# credit (paper 3.3: under the sample-level mean, tokens of long answers weigh less, so long
-# repetitive wrong answers are under-penalised and length grows)
-WRONG_CORRECT_LEN_RATIO = 1.5  # wrong answers 50% longer than correct ones (tiny default: 1.1); truncation explains it: reward check
-LENGTH_GROWTH_MIN = 1.2  # mean length grew by > 20% between the first and the last window
-# reward (paper 3.4: a truncated answer gets the wrong-answer reward without being wrong)
-TRUNCATED_FRAC_MAX = 0.1  # more than 1 rollout in 10 hits the token budget: the budget, not the answer, sets rewards
-TRUNCATED_WRONG_FRAC_MAX = 0.5  # most "wrong" answers are really "ran out of budget"
-VERIFIER_EXCEPTION_FRAC_MAX = 0.01  # verifier timeouts / parse errors above 1% of verdicts: the reward itself is unreliable
-
-THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; values read from the constants above
-    ("all", "DIAG_WINDOW", DIAG_WINDOW, "steps averaged at each end of the history"),
-    ("all", "MIN_TREND_STEPS", MIN_TREND_STEPS, "logged steps needed before trend checks run"),
-    ("exploration", "ENTROPY_REL_FLOOR", ENTROPY_REL_FLOOR, "policy/entropy (last window) < this x first window"),
-    ("exploration", "ENTROPY_ABS_FLOOR", ENTROPY_ABS_FLOOR, "or policy/entropy (last window) < this, nats/token"),
-    ("exploration", "CLIPFRAC_HIGH_IDLE", CLIPFRAC_HIGH_IDLE, "policy/clipfrac_high below this (or eps_high <= eps_low): critical"),
-    ("contrast", "UNIFORM_GROUPS_MAX", UNIFORM_GROUPS_MAX, "groups/all_correct_frac + groups/all_wrong_frac above this"),
-    ("contrast", "KEPT_FRAC_MIN", KEPT_FRAC_MIN, "or groups/kept_frac below this (dynamic sampling on)"),
-    ("contrast", "BUDGET_STEPS_FRAC", BUDGET_STEPS_FRAC,
-     "or this share of steps ran groups/gen_rounds = max_gen_rounds; any groups/exhausted: critical"),
-    ("credit", "WRONG_CORRECT_LEN_RATIO", WRONG_CORRECT_LEN_RATIO, "length/wrong_mean / length/correct_mean above this"),
-    ("credit", "LENGTH_GROWTH_MIN", LENGTH_GROWTH_MIN,
-     "and length/mean grew by this factor; only under seq-mean-token-mean (or unknown)"),
-    ("reward", "TRUNCATED_FRAC_MAX", TRUNCATED_FRAC_MAX, "length/truncated_frac above this"),
-    ("reward", "TRUNCATED_WRONG_FRAC_MAX", TRUNCATED_WRONG_FRAC_MAX, "or length/truncated_frac_wrong above this"),
-    ("reward", "VERIFIER_EXCEPTION_FRAC_MAX", VERIFIER_EXCEPTION_FRAC_MAX, "verifier/exceptions / all verdicts above this"),
-]
-
-SWITCHES = {  # the config switch that addresses each boundary (train.Config; README "What DAPO changes")
-    "exploration": "clip-higher (--eps_high, paper 0.28 > --eps_low 0.2)",
-    "contrast": "dynamic sampling (--dynamic_sampling, --gen_prompts_per_round, --max_gen_rounds)",
-    "credit": "token-level loss (--loss_agg token-mean)",
-    "reward": "soft overlong punishment / overlong filter (--overlong_penalty, --max_response_len, --overlong_buffer)",
-    "verifier": "the verifier (--verifier; hand-check with `python verifier.py RUN_DIR/rollouts.jsonl`)",
-}
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """The numbers behind a finding: one metric at the steps it was read."""
-
-    metric: str
-    steps: tuple
-    values: tuple
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One failed boundary: what fired, how bad, and which switch addresses it."""
-
-    boundary: str  # "exploration" | "contrast" | "credit" | "reward"
-    severity: str  # "critical": the switch that addresses it is off, or the batch is short; else "warning"
-    message: str
-    switch: str
-    evidence: tuple  # of Evidence
-
-
-def _col(rows: list[dict], key: str) -> np.ndarray:
-    """(len(rows),) float64 values of `key`; NaN where a row lacks it (skipped steps, older runs)."""
-    return np.array([float(r[key]) if r.get(key) is not None else np.nan for r in rows], dtype=float)
-
-
-def _nanmean(x: np.ndarray) -> float:
-    """Mean over finite entries; NaN when there are none (no warning)."""
-    x = x[np.isfinite(x)]
-    return float(x.mean()) if len(x) else float("nan")
-
-
-def _ev(rows: list[dict], key: str) -> Evidence:
-    vals = _col(rows, key)
-    return Evidence(key, tuple(int(r.get("step", i)) for i, r in enumerate(rows)), tuple(round(float(v), 6) for v in vals))
-
-
-def _check_exploration(metrics: list[dict], cfg: dict) -> list[Finding]:
-    if len(metrics) < MIN_TREND_STEPS:
-        return []
-    w = min(DIAG_WINDOW, len(metrics) // 2)
-    first, last = metrics[:w], metrics[-w:]
-    e0, e1 = _nanmean(_col(first, "policy/entropy")), _nanmean(_col(last, "policy/entropy"))
-    if not (np.isfinite(e0) and np.isfinite(e1)) or not (e1 < ENTROPY_REL_FLOOR * e0 or e1 < ENTROPY_ABS_FLOOR):
-        return []
-    ch = _nanmean(_col(last, "policy/clipfrac_high"))
-    clip_off = "eps_high" in cfg and cfg["eps_high"] <= cfg.get("eps_low", 0.2)
-    idle = np.isfinite(ch) and ch < CLIPFRAC_HIGH_IDLE
-    msg = f"policy entropy fell from {e0:.3g} to {e1:.3g} nats/token ({e1 / max(e0, 1e-12):.0%} of its first {w} steps)"
-    if clip_off:
-        msg += f"; Clip-Higher is off (eps_high {cfg['eps_high']} <= eps_low {cfg.get('eps_low')}): rare tokens cannot grow"
-    if idle:
-        msg += f"; the upper clip never binds (clipfrac_high {ch:.2g} < {CLIPFRAC_HIGH_IDLE}): updates only sharpen likely tokens"
-    if not (clip_off or idle):
-        msg += "; Clip-Higher is on and acting, yet entropy still collapsed: raise --eps_high or lower --lr"
-    return [Finding("exploration", "critical" if clip_off or idle else "warning", msg, SWITCHES["exploration"],
-                    (_ev(first, "policy/entropy"), _ev(last, "policy/entropy"), _ev(last, "policy/clipfrac_high")))]
-
-
-def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
-    last = metrics[-DIAG_WINDOW:]
-    uniform = _nanmean(_col(last, "groups/all_correct_frac") + _col(last, "groups/all_wrong_frac"))
-    kept = _nanmean(_col(last, "groups/kept_frac"))
-    exhausted = int(np.nansum(_col(last, "groups/exhausted")))
-    ds = cfg.get("dynamic_sampling")  # None: unknown (no config.json)
-    rounds, max_rounds = _col(last, "groups/gen_rounds"), cfg.get("max_gen_rounds")
-    at_budget = float(np.mean(rounds >= max_rounds)) if max_rounds and ds is not False else 0.0
-    why, critical = [], False
-    if uniform > UNIFORM_GROUPS_MAX:
-        why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong (zero advantage)")
-        critical |= ds is False  # they are trained on: the effective batch is that much smaller
-    if ds is not False and kept < KEPT_FRAC_MIN:
-        why.append(f"only {kept:.0%} of generated groups are kept: each trained group costs {1 / max(kept, 1e-9):.1f} generated")
-    if at_budget >= BUDGET_STEPS_FRAC:
-        why.append(f"{at_budget:.0%} of the last {len(last)} steps used all {max_rounds} generation rounds")
-    if exhausted:
-        why.append(f"the round budget ran out in {exhausted} of the last {len(last)} steps: the batch was short")
-        critical = True
-    if not why:
-        return []
-    fix = ("dynamic sampling is off: turn it on" if ds is False else
-           "raise --gen_prompts_per_round / --max_gen_rounds, or use data of matching difficulty")
-    keys = ("groups/all_correct_frac", "groups/all_wrong_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted")
-    return [Finding("contrast", "critical" if critical else "warning", "; ".join(why) + f" ({fix})", SWITCHES["contrast"],
-                    tuple(_ev(last, k) for k in keys if any(k in r for r in last)))]
-
-
-def _check_credit(metrics: list[dict], cfg: dict) -> list[Finding]:
-    agg = cfg.get("loss_agg")  # token-level modes weigh every token alike: this pathology is not theirs
-    if (agg is not None and agg != "seq-mean-token-mean") or len(metrics) < MIN_TREND_STEPS:
-        return []
-    w = min(DIAG_WINDOW, len(metrics) // 2)
-    first, last = metrics[:w], metrics[-w:]
-    wrong, right = _nanmean(_col(last, "length/wrong_mean")), _nanmean(_col(last, "length/correct_mean"))
-    growth = _nanmean(_col(last, "length/mean")) / _nanmean(_col(first, "length/mean"))
-    trunc_wrong = _nanmean(_col(last, "length/truncated_frac_wrong"))
-    # Wrong answers that are long because the budget cut them are the reward boundary's business.
-    if not (wrong / right > WRONG_CORRECT_LEN_RATIO and growth > LENGTH_GROWTH_MIN) or trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
-        return []
-    msg = (f"wrong answers are {wrong / right:.1f}x as long as correct ones ({wrong:.0f} vs {right:.0f} tokens) and mean length "
-           f"grew {growth:.2f}x, under " + ("the sample-level mean (seq-mean-token-mean): each token of a long wrong answer is "
-                                           "under-penalised" if agg else "an unknown loss aggregation (no config.json)"))
-    return [Finding("credit", "critical" if agg else "warning", msg, SWITCHES["credit"],
-                    (_ev(last, "length/wrong_mean"), _ev(last, "length/correct_mean"), _ev(first, "length/mean"),
-                     _ev(last, "length/mean")))]
-
-
-def _check_reward(metrics: list[dict], cfg: dict) -> list[Finding]:
-    last = metrics[-DIAG_WINDOW:]
-    out = []
-    trunc, trunc_wrong = _nanmean(_col(last, "length/truncated_frac")), _nanmean(_col(last, "length/truncated_frac_wrong"))
-    if trunc > TRUNCATED_FRAC_MAX or trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
-        msg = (f"{trunc:.0%} of rollouts hit the {cfg.get('max_response_len', '?')}-token budget and {trunc_wrong:.0%} of wrong "
-               "answers are truncated: the reward mostly says 'ran out of budget', not 'wrong'")
-        if "overlong_penalty" not in cfg:
-            severity, msg = "warning", msg + " (no config.json: whether overlong shaping was on is unknown)"
-        elif cfg["overlong_penalty"] or cfg.get("overlong_filter"):
-            severity, msg = "warning", msg + "; overlong shaping is on, so the budget itself is too small: raise --max_response_len"
-        else:
-            severity, msg = "critical", msg + ("; truncated answers get the plain wrong-answer reward (a cliff): turn on "
-                                               "--overlong_penalty (or --overlong_filter), or raise --max_response_len")
-        out.append(Finding("reward", severity, msg, SWITCHES["reward"],
-                           (_ev(last, "length/truncated_frac"), _ev(last, "length/truncated_frac_wrong"))))
-    reasons = [k for k in {k for r in last for k in r} if k.startswith("verifier/") and k != "verifier/exceptions"]
-    verdicts = sum(float(np.nansum(_col(last, k))) for k in reasons)
-    exc = float(np.nansum(_col(last, "verifier/exceptions")))
-    if verdicts and exc / verdicts > VERIFIER_EXCEPTION_FRAC_MAX:
-        out.append(Finding("reward", "critical", f"{exc / verdicts:.1%} of verdicts in the last {len(last)} steps are verifier "
-                           "exceptions (timeouts, parse or worker errors): those rollouts are scored as wrong without being judged",
-                           SWITCHES["verifier"], (_ev(last, "verifier/exceptions"),)))
-    return out
-
-
-def diagnose(metrics: list[dict], cfg: dict | None) -> list[Finding]:
-    """Which of DAPO's four boundaries a run's history crossed, each with the switch that addresses it.
-
-    Pure: reads only its arguments. The thresholds are the module constants above (table:
-    `THRESHOLDS`, rendered into report.md).
-
-    Args:
-        metrics: metrics.jsonl of a run, one dict per rollout step in step order (docs/metrics.md);
-            missing keys (older runs, skipped steps) are ignored, not read as zeros.
-        cfg: the run's train.Config fields (config.json "config"), or None when unknown; severity
-            and some checks depend on which switches were on.
-
-    Returns:
-        Findings in boundary order exploration, contrast, credit, reward; [] means healthy.
-
-    Raises:
-        ValueError: an empty history.
-    """
-    if not metrics:
-        raise ValueError("diagnose needs at least one logged step; metrics.jsonl is empty (did the run crash before step 0?)")
-    cfg = cfg or {}
-    return [f for check in (_check_exploration, _check_contrast, _check_credit, _check_reward) for f in check(metrics, cfg)]
 
 
 # --- the run report (python report.py RUN_DIR [RUN_DIR2] [--out DIR]) ------------------------------------
@@ -593,7 +378,7 @@ def render_run_report(runs: list[dict], names: list[str], findings: list[list[Fi
             out += [f"- **{f.severity}: {f.boundary}**: {f.message}. Switch: {f.switch}."]
             out += [f"  - evidence `{e.metric}` steps {list(e.steps)}: {', '.join(format(v, '.4g') for v in e.values)}" for e in f.evidence]
         out += [""] if fs else []
-    out += ["Thresholds (eval.py constants; level checks use the last DIAG_WINDOW steps, trends compare the first and last):", ""]
+    out += ["Thresholds (evaluation/diagnosis.py constants; level checks use the last DIAG_WINDOW steps, trends compare the first and last):", ""]
     out += _md_table(["boundary", "constant", "value", "fires when"], [list(t) for t in THRESHOLDS])
     return "\n".join(out) + "\n"
 

@@ -36,8 +36,10 @@ t(0.975, n-1) s / sqrt(n)); held-out avg@k before/after and between the arms of 
 evaluation/compare.py's paired bootstrap over problems. Every seed run is in the table.
 
 Runs execute a frozen copy of the code (bench/ladder.py's snapshot_code: DIR/.code/HASH), so edits
-to the working tree while the script runs cannot mix versions; a finished run is reused only for
-the same config and code hash (--force reruns).
+to the working tree while the script runs cannot mix versions. A finished run is reused only for the
+same config and the same hash of the code that trains (every file snapshot_code copies but the
+readers of a finished run, READERS); report.py runs again on it when a reader changed, so a change to
+the diagnosis is checked on the same runs (--force reruns everything).
 """
 
 from __future__ import annotations
@@ -69,6 +71,18 @@ BOUNDARIES = ("exploration", "contrast", "credit", "budget")
 ARMS = ("broken", "repaired")
 DIAGNOSIS = {"exploration": "exploration", "contrast": "contrast", "credit": "credit", "budget": "reward"}  # report.py's names
 TINY, SMOL = "tiny", "smollm2-135m-instruct"
+READERS = ("report.py", "evaluation/diagnosis.py", "evaluation/audit.py")  # read a finished run; change no training
+
+
+def code_hashes() -> tuple[str, str]:
+    """(hash of the code that trains, hash of the readers): sha256 over names and bytes, 16 hex each."""
+    import hashlib
+
+    hs = {True: hashlib.sha256(), False: hashlib.sha256()}
+    for f in ladder.code_files():
+        name = f.relative_to(REPO).as_posix()
+        hs[name in READERS].update(name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return hs[False].hexdigest()[:16], hs[True].hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -299,17 +313,20 @@ def run_one(pair: Pair, arm: str, seed: int, base: Path, args) -> dict:
     want = dataclasses.asdict(train.parse_config(argv))  # also validates before any compute is spent
     meta_path = run_dir / "symptoms_run.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    if args.force or meta.get("config") != want or meta.get("code_hash") != args.code_hash or not (run_dir / "summary.json").exists():
+    if args.force or meta.get("config") != want or meta.get("train_hash") != args.train_hash or not (run_dir / "summary.json").exists():
         print(f"[symptoms] run   {pair.boundary} {arm} seed {seed}: python train.py {' '.join(argv)}", flush=True)
         wall = _run([sys.executable, "train.py", *argv], run_dir.parent / f"{arm}-seed{seed}.train.log", args.code_dir)
-        meta = {"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash}
+        meta = {"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash,
+                "train_hash": args.train_hash}
         for sub in ("report", "eval", "eval-long"):  # whatever an earlier run of this directory left
             for f in sorted((run_dir / sub).glob("*")) if (run_dir / sub).is_dir() else []:
                 f.unlink()
         meta_path.write_text(json.dumps(meta, indent=1) + "\n")
         print(f"[symptoms] done  {pair.boundary} {arm} seed {seed} in {wall:.0f} s", flush=True)
-    if not (run_dir / "report" / "diagnosis.json").exists():
+    stamp = run_dir / "report" / "readers_hash.txt"
+    if not stamp.exists() or stamp.read_text() != args.readers_hash or not (run_dir / "report" / "diagnosis.json").exists():
         _run([sys.executable, "report.py", str(run_dir)], run_dir / "report.log", args.code_dir)
+        stamp.write_text(args.readers_hash)
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     evals = {}
     for sub, budget in (("eval", 0), ("eval-long", pair.long_budget)):
@@ -397,7 +414,8 @@ def _f(x, nd: int = 3) -> str:
 def render(summaries: list[dict], records: list[dict], command: str, args) -> str:
     """symptoms.md: one table row per run, then one per pair (difference, interval, verdicts)."""
     L = ["# DAPO's four boundaries, seen", "", f"Command: `{command}`", "",
-         f"Code: git commit {args.git_commit}, source hash {args.code_hash} (every run executed that frozen copy). "
+         f"Code: git commit {args.git_commit}, source hash {args.code_hash} (training code {args.train_hash}, "
+         f"report.py and the readers {args.readers_hash}). "
          f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine {os.cpu_count()} CPU(s), load average at "
          f"the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}.", "", "## Every run", "",
          "| boundary | arm | seed | switch | symptom metric | value | report.py names | held-out avg@k before -> after "
@@ -501,6 +519,7 @@ def main(argv: list[str] | None = None) -> dict:
     pairs = [pair_of(b, args.model) for b in args.boundary]
     out = Path(args.out)
     args.code_dir, args.code_hash = ladder.snapshot_code(out)
+    args.train_hash, args.readers_hash = code_hashes()
     args.git_commit = policy.repo_commit()
     path = out / "symptoms.json"
     state = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pairs": {}}

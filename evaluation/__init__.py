@@ -5,6 +5,7 @@
     frontier.py     more samples of the base policy or training, at equal generated tokens
                     (`python eval.py frontier`)
     audit.py        a stratified sample of rewarded answers for a human, and flags on reward hacks
+    diagnosis.py    which of DAPO's four boundaries a run crossed, from its metrics.jsonl (report.py's diagnosis)
     paraphrase.py   the same problems in other words, scored beside the originals
     fixes.py        before RL: a format error fixed by prompt, schema or retry, with costs (`python eval.py fixes`)
     reports.py      an evaluation report on disk (report.json, report.md) and the paper's protocol it is
