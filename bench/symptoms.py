@@ -74,15 +74,37 @@ TINY, SMOL = "tiny", "smollm2-135m-instruct"
 READERS = ("report.py", "evaluation/diagnosis.py", "evaluation/audit.py")  # read a finished run; change no training
 
 
-def code_hashes() -> tuple[str, str]:
-    """(hash of the code that trains, hash of the readers): sha256 over names and bytes, 16 hex each."""
+def code_hashes(root: Path = REPO) -> tuple[str, str]:
+    """(hash of the code that trains, hash of the readers) of a checkout or a snapshot (DIR/.code/HASH).
+
+    Over the files bench/ladder.py's snapshot copies (the root's and the code folders' *.py, the tiny
+    base), a Python file by its syntax tree without docstrings (a comment or a docstring computes
+    nothing), any other by its bytes; 16 hex each."""
+    import ast
     import hashlib
 
     hs = {True: hashlib.sha256(), False: hashlib.sha256()}
-    for f in ladder.code_files():
-        name = f.relative_to(REPO).as_posix()
-        hs[name in READERS].update(name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    files = sorted(root.glob("*.py")) + sorted(p for d in ("plumbing", "evaluation", "tasks") for p in (root / d).glob("*.py"))
+    files += sorted(f for f in (root / "assets" / "tiny-base").glob("*") if f.is_file())
+    for f in files:
+        name = f.relative_to(root).as_posix()
+        data = f.read_bytes()
+        if f.suffix == ".py":
+            tree = ast.parse(data)
+            for node in ast.walk(tree):
+                body = getattr(node, "body", None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                        getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+            data = ast.dump(tree).encode()
+        hs[name in READERS].update(name.encode() + b"\0" + hashlib.sha256(data).digest())
     return hs[False].hexdigest()[:16], hs[True].hexdigest()[:16]
+
+
+def run_train_hash(meta: dict, out: Path) -> str | None:
+    """The training-code hash of the snapshot a finished run executed (None: that snapshot is gone)."""
+    code = out / ".code" / str(meta.get("code_hash"))
+    return code_hashes(code)[0] if (code / "train.py").exists() else None
 
 
 @dataclass(frozen=True)
@@ -313,11 +335,11 @@ def run_one(pair: Pair, arm: str, seed: int, base: Path, args) -> dict:
     want = dataclasses.asdict(train.parse_config(argv))  # also validates before any compute is spent
     meta_path = run_dir / "symptoms_run.json"
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    if args.force or meta.get("config") != want or meta.get("train_hash") != args.train_hash or not (run_dir / "summary.json").exists():
+    if (args.force or meta.get("config") != want or not (run_dir / "summary.json").exists()
+            or run_train_hash(meta, Path(args.out)) != args.train_hash):
         print(f"[symptoms] run   {pair.boundary} {arm} seed {seed}: python train.py {' '.join(argv)}", flush=True)
         wall = _run([sys.executable, "train.py", *argv], run_dir.parent / f"{arm}-seed{seed}.train.log", args.code_dir)
-        meta = {"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash,
-                "train_hash": args.train_hash}
+        meta = {"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash}
         for sub in ("report", "eval", "eval-long"):  # whatever an earlier run of this directory left
             for f in sorted((run_dir / sub).glob("*")) if (run_dir / sub).is_dir() else []:
                 f.unlink()

@@ -38,7 +38,13 @@ ENTROPY_ABS_FLOOR = 0.01  # nats/token; ~ one alternative token at 0.13% per pos
 # reach it). Only sets severity: the tiny policy is so peaked that its healthy runs sit at ~1e-4 too.
 CLIPFRAC_HIGH_IDLE = 1e-3
 # contrast (paper 3.2, Fig. 3b: the share of all-correct groups rises during training)
-UNIFORM_GROUPS_MAX = 0.8  # all-correct + all-wrong share above this: < 1 group in 5 carries any advantage
+# Dynamic sampling off (or unknown): every generated group is trained on, so the uniform share is the share of the
+# batch with advantage 0. Above one half, most of the batch carries no gradient (paper 3.2: the effective number of
+# informative prompts shrinks). It was 0.8 until the pairs of bench/symptoms.py were measured (docs/results.md "The
+# four boundaries, seen"): in the pilot of its contrast pair the broken run's share was 0.62-1.0 per step and 0.84
+# over its last 5 steps, so 0.8 sat inside the seed-to-seed spread, while a half-uniform batch already trains on half.
+# With dynamic sampling on, uniform groups never reach the update: their cost is what KEPT_FRAC_MIN reads.
+UNIFORM_GROUPS_MAX = 0.5
 KEPT_FRAC_MIN = 0.2  # with dynamic sampling, below this each trained group costs > 5 generated groups (tiny default: ~0.33)
 BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half the window's steps used every round
 # credit (paper 3.3: under the sample-level mean, tokens of long answers weigh less, so long
@@ -56,7 +62,8 @@ THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; valu
     ("exploration", "ENTROPY_REL_FLOOR", ENTROPY_REL_FLOOR, "policy/entropy (last window) < this x first window"),
     ("exploration", "ENTROPY_ABS_FLOOR", ENTROPY_ABS_FLOOR, "or policy/entropy (last window) < this, nats/token"),
     ("exploration", "CLIPFRAC_HIGH_IDLE", CLIPFRAC_HIGH_IDLE, "policy/clipfrac_high below this (or eps_high <= eps_low): critical"),
-    ("contrast", "UNIFORM_GROUPS_MAX", UNIFORM_GROUPS_MAX, "groups/all_correct_frac + groups/all_wrong_frac above this"),
+    ("contrast", "UNIFORM_GROUPS_MAX", UNIFORM_GROUPS_MAX,
+     "groups/all_correct_frac + groups/all_wrong_frac above this (dynamic sampling off or unknown)"),
     ("contrast", "KEPT_FRAC_MIN", KEPT_FRAC_MIN, "or groups/kept_frac below this (dynamic sampling on)"),
     ("contrast", "BUDGET_STEPS_FRAC", BUDGET_STEPS_FRAC,
      "or this share of steps ran groups/gen_rounds = max_gen_rounds; any groups/exhausted: critical"),
@@ -144,8 +151,9 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     rounds, max_rounds = column(last, "groups/gen_rounds"), cfg.get("max_gen_rounds")
     at_budget = float(np.mean(rounds >= max_rounds)) if max_rounds and ds is not False else 0.0
     why, critical = [], False
-    if uniform > UNIFORM_GROUPS_MAX:
-        why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong (zero advantage)")
+    if ds is not True and uniform > UNIFORM_GROUPS_MAX:  # with dynamic sampling they are filtered out, never trained
+        why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong (zero advantage)"
+                   + (": they are trained on, so that share of the batch carries no gradient" if ds is False else ""))
         critical |= ds is False  # they are trained on: the effective batch is that much smaller
     if ds is not False and kept < KEPT_FRAC_MIN:
         why.append(f"only {kept:.0%} of generated groups are kept: each trained group costs {1 / max(kept, 1e-9):.1f} generated")
