@@ -202,20 +202,23 @@ def sym_long_wrong(run: dict):
 
 
 def sym_budget(run: dict):
-    """budget: share of the right-at-a-larger-budget answers the policy still writes: held-out, the final policy.
+    """budget: share of the training rollouts truncated while still right so far (tiny: a prefix of the
+    reference worked answer), per step; the value is its mean over the last steps.
 
-    Per step (the plot): the share of training rollouts truncated while on the right worked answer
-    (tiny: a prefix of the reference solution). The value: held-out accuracy at long_budget minus
-    accuracy at the training budget, same samples (same seed: a sample's first tokens are the same at
-    both budgets), i.e. the answers only a larger budget lets finish right."""
+    These are the answers a larger budget would have let finish right, which truncation scored as wrong
+    punishes. Extras: the held-out view of the final policy (budget_completion: of its samples truncated
+    at the training budget, the share right at the larger one, same samples), the direct (unreasoned,
+    'Answer: N' alone) share of the last steps, truncation and length."""
     steps, share = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, on_track))
     ev = run["evals"]
-    extras = {}
-    if "eval" in ev and "eval-long" in ev:
-        extras = budget_completion(ev["eval"], ev["eval-long"])
+    extras = budget_completion(ev["eval"], ev["eval-long"]) if "eval" in ev and "eval-long" in ev else {}
+    if "eval-long" in ev:
+        extras["heldout_avg_at_long_budget"] = ev["eval-long"]["metrics"][next(k for k in ev["eval-long"]["metrics"] if k.startswith("avg@"))]
     ms = run["metrics"]
-    extras |= {"truncated_last": _tail_mean(_col(ms, "length/truncated_frac")), "length_last": _tail_mean(_col(ms, "length/mean"))}
-    return extras.get("long_minus_short"), steps, share, extras
+    direct = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, lambda r: "\n" not in r["response"].strip()))[1]
+    extras |= {"truncated_last": _tail_mean(_col(ms, "length/truncated_frac")), "length_last": _tail_mean(_col(ms, "length/mean")),
+               "direct_share_first": _tail_mean(direct[:LAST]), "direct_share_last": _tail_mean(direct)}
+    return _tail_mean(share), steps, share, extras
 
 
 def budget_completion(short: dict, long: dict) -> dict:
@@ -241,7 +244,7 @@ SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the 
     "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
     "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
     "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that repeat a line, last 5 steps", +1),
-    "right_only_at_long_budget": (sym_budget, "held-out avg@k at the larger budget minus at the training budget", -1),
+    "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
 }
 
 
@@ -263,6 +266,30 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "right) has about 40% uniform groups, where the filter matters less. Without dynamic sampling those groups "
             "are trained on with advantage 0; with it, generation rounds are repeated (up to 4 of 24 prompts) until 16 "
             "mixed groups are kept. Train.py's defaults otherwise (2 optimizer steps per rollout step, lr 2e-4)."),
+    ("exploration", TINY): Pair(
+        "exploration", TINY, TINY_COMMON | dict(steps=30, mini_batch_size=8),
+        broken=dict(eps_high=0.2), repaired=dict(eps_high=0.28), metric="entropy_last",
+        why="The paper's 16 optimizer steps per rollout step (`--mini_batch_size 8` of 16 groups x 8 answers), so "
+            "that the ratio leaves 1 within a rollout step and the upper clip can bind; the shipped base (0.09 "
+            "nats/token at step 0), lr 2e-4. Symmetric clip 0.2/0.2 against the paper's 0.2/0.28."),
+    ("credit", TINY): Pair(
+        "credit", TINY, TINY_COMMON | dict(steps=30, max_response_len=64, overlong_penalty=False),
+        broken=dict(loss_agg="seq-mean-token-mean"), repaired=dict(loss_agg="token-mean"),
+        metric="repetitive_wrong_last", base_sft_steps=275, base_args=dict(loop_share=0.2),
+        why="A base whose warm-up wrote 20% of its targets with one column line repeated 1-3 more times "
+            "(`python -m tasks.tiny_base --loop_share 0.2`, the shipped recipe otherwise), so answers to the same "
+            "problem differ in length by a loop: the shipped base never writes one. A 64-token budget truncates no "
+            "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
+            "aggregation differs."),
+    ("budget", TINY): Pair(
+        "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=32, overlong_buffer=2),
+        broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
+        metric="on_track_truncated_last", base_sft_steps=275, base_args=dict(direct_share=0.3), long_budget=48,
+        why="A base whose warm-up wrote 30% of its targets as 'Answer: N' alone (`python -m tasks.tiny_base "
+            "--direct_share 0.3`), so every problem can be answered reasoned and long or unreasoned and short; a "
+            "32-token budget, which the worked answers of 34% of the problems (33-38 tokens) exceed: those are "
+            "truncated while still right so far, and only a short unreasoned answer can be right within the budget. "
+            "Buffer 2 (zone 31-32: 2% of right answers), the paper-like placement above most right answers."),
 }
 
 

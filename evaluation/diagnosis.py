@@ -54,6 +54,12 @@ LENGTH_GROWTH_MIN = 1.2  # mean length grew by > 20% between the first and the l
 # reward (paper 3.4: a truncated answer gets the wrong-answer reward without being wrong)
 TRUNCATED_FRAC_MAX = 0.1  # more than 1 rollout in 10 hits the token budget: the budget, not the answer, sets rewards
 TRUNCATED_WRONG_FRAC_MAX = 0.5  # most "wrong" answers are really "ran out of budget"
+# With --overlong_filter on, truncated answers leave the loss (dapo.overlong_filter): no reward scores them as wrong,
+# which is this boundary holding, however many there are. Until bench/symptoms.py's budget pair this check warned
+# on any run with more than TRUNCATED_FRAC_MAX truncated, filtered or not, so it named the boundary on the repaired
+# arm too. A filtered run is flagged only when the filter takes most of the batch out of the loss: then the policy
+# learns from too little of what it writes, and the budget itself is too small.
+TRUNCATED_FILTERED_MAX = 0.5
 VERIFIER_EXCEPTION_FRAC_MAX = 0.01  # verifier timeouts / parse errors above 1% of verdicts: the reward itself is unreliable
 
 THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; values read from the constants above
@@ -72,6 +78,8 @@ THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; valu
      "and length/mean grew by this factor; only under seq-mean-token-mean (or unknown)"),
     ("reward", "TRUNCATED_FRAC_MAX", TRUNCATED_FRAC_MAX, "length/truncated_frac above this"),
     ("reward", "TRUNCATED_WRONG_FRAC_MAX", TRUNCATED_WRONG_FRAC_MAX, "or length/truncated_frac_wrong above this"),
+    ("reward", "TRUNCATED_FILTERED_MAX", TRUNCATED_FILTERED_MAX,
+     "with --overlong_filter on, only length/truncated_frac above this (the filter drops most of the batch)"),
     ("reward", "VERIFIER_EXCEPTION_FRAC_MAX", VERIFIER_EXCEPTION_FRAC_MAX, "verifier/exceptions / all verdicts above this"),
 ]
 
@@ -195,13 +203,20 @@ def _check_reward(metrics: list[dict], cfg: dict) -> list[Finding]:
     last = metrics[-DIAG_WINDOW:]
     out = []
     trunc, trunc_wrong = _nanmean(column(last, "length/truncated_frac")), _nanmean(column(last, "length/truncated_frac_wrong"))
-    if trunc > TRUNCATED_FRAC_MAX or trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
+    if cfg.get("overlong_filter"):  # truncated answers are masked, not scored as wrong: the boundary holds
+        if trunc > TRUNCATED_FILTERED_MAX:
+            out.append(Finding("reward", "warning", f"{trunc:.0%} of rollouts hit the {cfg.get('max_response_len', '?')}-token "
+                               "budget and --overlong_filter takes them out of the loss: most of the batch teaches nothing, "
+                               "the budget itself is too small: raise --max_response_len", SWITCHES["reward"],
+                               (_ev(last, "length/truncated_frac"),)))
+    elif trunc > TRUNCATED_FRAC_MAX or trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
         msg = (f"{trunc:.0%} of rollouts hit the {cfg.get('max_response_len', '?')}-token budget and {trunc_wrong:.0%} of wrong "
                "answers are truncated: the reward mostly says 'ran out of budget', not 'wrong'")
         if "overlong_penalty" not in cfg:
             severity, msg = "warning", msg + " (no config.json: whether overlong shaping was on is unknown)"
-        elif cfg["overlong_penalty"] or cfg.get("overlong_filter"):
-            severity, msg = "warning", msg + "; overlong shaping is on, so the budget itself is too small: raise --max_response_len"
+        elif cfg["overlong_penalty"]:  # graded below the limit, yet a truncated answer still scores as wrong (-1 - factor)
+            severity, msg = "warning", msg + ("; the soft punishment is on but truncated answers are still scored as wrong: "
+                                              "raise --max_response_len, or turn on --overlong_filter")
         else:
             severity, msg = "critical", msg + ("; truncated answers get the plain wrong-answer reward (a cliff): turn on "
                                                "--overlong_penalty (or --overlong_filter), or raise --max_response_len")

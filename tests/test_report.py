@@ -115,6 +115,24 @@ def test_truncation_dominated_reward_is_reward():
     assert w.boundary == "reward" and w.severity == "warning" and "--max_response_len" in w.message
 
 
+def test_truncation_under_the_overlong_filter_is_not_scored_as_wrong():
+    # The filter masks truncated answers: the reward does not call them wrong, so the boundary holds ...
+    cut = {"length/truncated_frac": 0.3, "length/truncated_frac_wrong": 0.8}
+    assert rp.diagnose(history(**cut), {**DAPO_CFG, "overlong_filter": True}) == []
+    # ... unless it takes most of the batch out of the loss: then the budget is too small to learn from.
+    (w,) = rp.diagnose(history(**{**cut, "length/truncated_frac": 0.6}), {**DAPO_CFG, "overlong_filter": True})
+    assert w.boundary == "reward" and w.severity == "warning" and "--overlong_filter takes them out" in w.message
+
+
+def test_uniform_groups_under_dynamic_sampling_are_a_cost_not_a_finding():
+    half = {"groups/all_correct_frac": 0.1, "groups/all_wrong_frac": 0.6, "groups/kept_frac": 0.3}
+    assert rp.diagnose(history(**half), DAPO_CFG) == []  # filtered out before the update; kept_frac 0.3 is affordable
+    (f,) = rp.diagnose(history(**half), {**DAPO_CFG, "dynamic_sampling": False})  # trained on: 70% of the batch is inert
+    assert f.boundary == "contrast" and f.severity == "critical" and "carries no gradient" in f.message
+    (u,) = rp.diagnose(history(**half), None)  # unknown switches: a warning
+    assert u.boundary == "contrast" and u.severity == "warning"
+
+
 def test_verifier_exceptions_are_reward():
     (f,) = rp.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
     assert f.boundary == "reward" and "verifier" in f.switch and f.evidence[0].metric == "verifier/exceptions"
