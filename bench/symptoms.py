@@ -166,10 +166,20 @@ def reference_solution(prompt: str) -> str | None:
     return tiny.column_solution(int(m.group(1)), int(m.group(2))) if m else None
 
 
+def collapse_repeats(text: str) -> str:
+    """The text with every line that repeats the line before it dropped ("a\na\nb" -> "a\nb"); a cut last line is kept."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if not out or line != out[-1]:
+            out.append(line)
+    return "\n".join(out)
+
+
 def on_track(r: dict) -> bool:
-    """A truncated tiny rollout that is so far the right worked answer: a larger budget would have let it finish right."""
+    """A truncated tiny rollout that is so far the right worked answer, up to repeated lines: a larger budget
+    would have let it finish right (if it stops looping)."""
     ref = reference_solution(r["prompt"])
-    return bool(r["truncated"]) and ref is not None and ref.startswith(r["response"])
+    return bool(r["truncated"]) and ref is not None and ref.startswith(collapse_repeats(r["response"]))
 
 
 def sym_entropy(run: dict):
@@ -191,13 +201,25 @@ def sym_zero_adv(run: dict):
     return _mean(share), steps, share, extras
 
 
+def repetitive(r: dict) -> bool:
+    """A rollout that writes more than its problem needs by repeating itself. On the tiny task: more working lines than
+    the problem has columns (its reference's lines; a loop is the only way the bases here write more), so two equal
+    columns ("11+11") are no loop; elsewhere: a line written twice (repeated_line)."""
+    ref = reference_solution(r["prompt"])
+    if ref is None:
+        return repeated_line(r["response"])
+    work = [ln for ln in r["response"].split("\n") if ln.strip() and not ln.startswith("Answer")]
+    return len(work) > ref.count("\n")
+
+
 def sym_long_wrong(run: dict):
-    """credit: share of the wrong training answers that loop (write a line twice), per step; mean of the last steps."""
-    steps, share = _by_step(run["rollouts"], lambda r: not r["correct"], lambda rs: _share(rs, lambda r: repeated_line(r["response"])))
+    """credit: share of the wrong training answers that loop (`repetitive`), per step; mean of the last steps."""
+    steps, share = _by_step(run["rollouts"], lambda r: not r["correct"], lambda rs: _share(rs, repetitive))
     ms = run["metrics"]
     extras = {"wrong_len_last": _tail_mean(_col(ms, "length/wrong_mean")), "correct_len_last": _tail_mean(_col(ms, "length/correct_mean")),
-              "repetitive_share_all_last": _tail_mean(_by_step(run["rollouts"], lambda r: True,
-                                                               lambda rs: _share(rs, lambda r: repeated_line(r["response"])))[1])}
+              "repetitive_share_all_last": _tail_mean(_by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, repetitive))[1]),
+              "repetitive_share_correct_last": _tail_mean(_by_step(run["rollouts"], lambda r: bool(r["correct"]),
+                                                                   lambda rs: _share(rs, repetitive))[1])}
     return _tail_mean(share), steps, share, extras
 
 
@@ -243,7 +265,7 @@ def _mean(values: list) -> float | None:
 SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the broken arm should be higher)
     "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
     "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
-    "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that repeat a line, last 5 steps", +1),
+    "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that loop, last 5 steps", +1),
     "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
 }
 
@@ -282,14 +304,17 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
             "aggregation differs."),
     ("budget", TINY): Pair(
-        "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=32, overlong_buffer=2),
+        "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),
         broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
-        metric="on_track_truncated_last", base_sft_steps=275, base_args=dict(direct_share=0.3), long_budget=48,
-        why="A base whose warm-up wrote 30% of its targets as 'Answer: N' alone (`python -m tasks.tiny_base "
-            "--direct_share 0.3`), so every problem can be answered reasoned and long or unreasoned and short; a "
-            "32-token budget, which the worked answers of 34% of the problems (33-38 tokens) exceed: those are "
-            "truncated while still right so far, and only a short unreasoned answer can be right within the budget. "
-            "Buffer 2 (zone 31-32: 2% of right answers), the paper-like placement above most right answers."),
+        metric="on_track_truncated_last", base_sft_steps=275, base_args=dict(loop_share=0.2), long_budget=64,
+        why="The credit pair's base (20% of its warm-up targets loop: one column line repeated 1-3 more times, the "
+            "answer still right) under a 40-token budget: every worked answer without a loop fits (16-38 tokens), "
+            "and a loop on a two- or three-digit problem runs past 40, truncated while still right so far: answers "
+            "that a larger budget completes right, in the same groups as right answers that fit. Buffer 2 (zone "
+            "39-40, above every right answer without a loop), the paper-like placement. A base that sometimes "
+            "answers without its working (`--direct_share 0.3`) was tried first: that warm-up reached 3% right "
+            "(the shipped one 39%), since the 1.23M policy cannot add in one go, and its truncated answers were "
+            "right at a larger budget 1.4% of the time: too weak a policy to learn from in 30 steps."),
 }
 
 
@@ -417,6 +442,35 @@ def collect(pair: Pair, arm: str, seed: int, run_dir: Path, wall: float, evals: 
             f"heldout_avg@{k}": evals["eval"]["metrics"][f"avg@{k}"], f"heldout_pass@{k}": evals["eval"]["metrics"][f"pass@{k}"],
             "heldout_distinct_answers": evals["eval"]["metrics"].get("distinct_answers"),
             "envelope": env | {"wall_s_command": wall}}
+
+
+# --- report.py's test fixtures ------------------------------------------------------------------------------
+
+# What evaluation/diagnosis.py reads of a run: these metrics of every step (and verifier/* counts), these config fields.
+FIXTURE_METRICS = ("step", "policy/entropy", "policy/clipfrac_high", "policy/clipfrac_low", "groups/all_correct_frac",
+                   "groups/all_wrong_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted", "length/mean",
+                   "length/correct_mean", "length/wrong_mean", "length/truncated_frac", "length/truncated_frac_wrong")
+FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "loss_agg", "overlong_filter",
+                  "overlong_penalty", "max_response_len", "overlong_buffer")
+
+
+def export_fixture(record: dict, shown: bool, out: Path) -> Path:
+    """A real run's history trimmed to what the diagnosis reads, as tests/fixtures/symptoms/<boundary>-<arm>-seed<N>.json:
+    {"boundary", "arm", "seed", "diagnosis_boundary", "symptom_shown", "source", "config": {...}, "metrics": [...]}.
+    shown: whether its pair showed the symptom (the difference's interval excludes 0, in the expected direction)."""
+    run_dir = Path(record["run_dir"])
+    cfg = json.loads((run_dir / "config.json").read_text())["config"]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    keep = lambda k: k in FIXTURE_METRICS or k.startswith("verifier/")  # noqa: E731
+    rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in m.items() if keep(k)} for m in rows]
+    doc = {"boundary": record["boundary"], "arm": record["arm"], "seed": record["seed"], "model": record["model"],
+           "diagnosis_boundary": DIAGNOSIS[record["boundary"]], "symptom_shown": shown,
+           "source": f"python bench/symptoms.py --boundary {record['boundary']} (run {run_dir.parent.name}/{run_dir.name})",
+           "config": {k: cfg[k] for k in FIXTURE_CONFIG}, "metrics": rows}
+    path = out / f"{record['boundary']}-{'' if record['model'] == TINY else 'smollm2-'}{record['arm']}-seed{record['seed']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    return path
 
 
 # --- statistics and the table ------------------------------------------------------------------------------
@@ -555,6 +609,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=0, help="rollout steps per run (0: the pair's)")
     ap.add_argument("--jobs", type=int, default=2, help="runs at once (the two arms of a seed side by side)")
     ap.add_argument("--force", action="store_true", help="rerun finished runs")
+    ap.add_argument("--fixtures", default="", help="also write each run's trimmed history here (report.py's tests: "
+                    "tests/fixtures/symptoms)")
     args = ap.parse_args(own)
     if args.seeds < 1 or args.jobs < 1 or args.steps < 0:
         ap.error("--seeds and --jobs must be >= 1, --steps >= 0")
@@ -581,6 +637,8 @@ def main(argv: list[str] | None = None) -> dict:
         summary = summarize(pair, records, base_eval(pair, base, cfg, args))
         for r in records:
             state["runs"][f"{pair.boundary}/{r['arm']}-seed{r['seed']}"] = r
+            if args.fixtures:
+                export_fixture(r, summary["excludes_zero"] and summary["in_expected_direction"], Path(args.fixtures))
         state["pairs"][pair.boundary] = summary
         plot([pair.boundary], records, out / pair.boundary / "symptom.png")
     runs = list(state["runs"].values())

@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,6 +137,30 @@ def test_uniform_groups_under_dynamic_sampling_are_a_cost_not_a_finding():
 def test_verifier_exceptions_are_reward():
     (f,) = rp.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
     assert f.boundary == "reward" and "verifier" in f.switch and f.evidence[0].metric == "verifier/exceptions"
+
+
+# --- diagnose() on the histories of real runs (bench/symptoms.py) -------------------------------------------
+#
+# Each fixture is one run of a broken/repaired pair of bench/symptoms.py (docs/results.md "The four boundaries,
+# seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture): where the pair showed its
+# symptom, the pair's boundary must be named on the broken run and not on the repaired one; where it did not
+# (symptom_shown false: the difference between the arms was not shown), on neither.
+
+SYMPTOM_FIXTURES = sorted((Path(__file__).parent / "fixtures" / "symptoms").glob("*.json"))
+
+
+def test_every_boundary_has_real_run_fixtures():
+    docs = [json.loads(f.read_text()) for f in SYMPTOM_FIXTURES]
+    for boundary in ("exploration", "contrast", "credit", "budget"):
+        arms = {d["arm"] for d in docs if d["boundary"] == boundary}
+        assert arms == {"broken", "repaired"}, f"{boundary}: fixtures of arms {arms}"
+
+
+@pytest.mark.parametrize("path", SYMPTOM_FIXTURES, ids=lambda p: p.stem)
+def test_real_run_history_names_its_boundary_only_when_broken(path):
+    doc = json.loads(path.read_text())
+    named = boundaries(rp.diagnose(doc["metrics"], doc["config"]))
+    assert (doc["diagnosis_boundary"] in named) == (doc["arm"] == "broken" and doc["symptom_shown"]), (doc["source"], named)
 
 
 def test_diagnose_rejects_an_empty_history():

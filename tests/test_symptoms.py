@@ -64,6 +64,8 @@ def test_repeated_line_and_on_track():
     assert sy.on_track({**row, "response": "7+5=12\n4+8+1=13\n3+0"})  # cut, but right so far
     assert not sy.on_track({**row, "response": "7+5=12\n4+8+1=14\n3+0"})  # cut and already wrong
     assert not sy.on_track({**row, "truncated": False, "response": "7+5=12"})  # not truncated
+    assert sy.on_track({**row, "response": "7+5=12\n7+5=12\n4+8+1=13\n3+0"})  # a loop, right so far otherwise
+    assert sy.collapse_repeats("a\na\nb\na") == "a\nb\na"
 
 
 def _eval_report(correct, truncated):
@@ -94,11 +96,14 @@ def test_zero_advantage_share_of_the_trained_responses():
 
 
 def test_repetitive_share_of_the_wrong_answers():
-    rows = [{"step": 0, "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 9"},
-            {"step": 0, "correct": False, "response": "1+1=2\nAnswer: 3"},
-            {"step": 0, "correct": True, "response": "1+1=2\n1+1=2\nAnswer: 2"}]  # right: not in the share
-    value, steps, series, _ = sy.sym_long_wrong(_run(rows, [{"step": 0}]))
-    assert series == [0.5] and value == 0.5
+    q = "What is 1+1?"
+    rows = [{"step": 0, "prompt": q, "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 9"},  # a loop
+            {"step": 0, "prompt": q, "correct": False, "response": "1+1=2\nAnswer: 3"},
+            {"step": 0, "prompt": q, "correct": True, "response": "1+1=2\n1+1=2\nAnswer: 2"},  # right: not in the share
+            {"step": 0, "prompt": "What is 11+11?", "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 23"}]  # 2 columns
+    value, steps, series, extras = sy.sym_long_wrong(_run(rows, [{"step": 0}]))
+    assert series == [1 / 3] and value == pytest.approx(1 / 3) and extras["repetitive_share_correct_last"] == 1.0
+    assert sy.repetitive({"prompt": "Compute 2*3.", "response": "I think.\nI think.\nAnswer: 6"})  # another task: a line twice
 
 
 def _record(boundary, arm, seed, value, run_dir):
