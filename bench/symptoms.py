@@ -514,13 +514,15 @@ def _f(x, nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
 
 
-def render(summaries: list[dict], records: list[dict], command: str, args) -> str:
-    """symptoms.md: one table row per run, then one per pair (difference, interval, verdicts)."""
-    L = ["# DAPO's four boundaries, seen", "", f"Command: `{command}`", "",
-         f"Code: git commit {args.git_commit}, source hash {args.code_hash} (training code {args.train_hash}, "
-         f"report.py and the readers {args.readers_hash}). "
-         f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine {os.cpu_count()} CPU(s), load average at "
-         f"the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}.", "", "## Every run", "",
+def render(summaries: list[dict], records: list[dict]) -> str:
+    """symptoms.md: how each pair was made, one table row per run, then one per pair (difference, interval, verdicts)."""
+    L = ["# DAPO's four boundaries, seen", "", f"Machine: {os.cpu_count()} CPU(s) visible (shared: wall times depend on "
+         "the load, printed per pair).", "", "| boundary | command | date | git commit | source hash (training code, "
+         "readers) | rollout steps | load average at the end |", "|---|---|---|---|---|---|---|"]
+    L += [f"| {s['boundary']} | `{s.get('command', '-')}` | {s.get('date', '-')} | {s.get('git_commit', '-')} | "
+          f"{s.get('code_hash', '-')} ({s.get('train_hash', '-')}, {s.get('readers_hash', '-')}) | {s.get('steps', '-')} | "
+          f"{' '.join(map(str, s.get('load_avg_end', [])))} |" for s in summaries]
+    L += ["", "## Every run", "",
          "| boundary | arm | seed | switch | symptom metric | value | report.py names | held-out avg@k before -> after "
          "(paired 95% CI) | wall s | samples generated | active samples | trained tokens | generated tokens | peak GiB |",
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -551,7 +553,8 @@ def render(summaries: list[dict], records: list[dict], command: str, args) -> st
     for s in summaries:
         pair = pair_of(s["boundary"], s["model"])
         L += ["", f"### {s['boundary']} ({s['model']})", "", pair.why, "",
-              f"Both arms: `--preset {pair.preset} {' '.join(_flags(pair.common))}`"
+              f"Both arms: `--preset {pair.preset} {' '.join(_flags(pair.common))}`" + (
+                  f" (run here with `--steps {s['steps']}`)" if s.get("steps") not in (None, pair.common.get("steps")) else "")
               + (f", base built by `python -m tasks.tiny_base --steps {pair.base_sft_steps} {' '.join(_flags(pair.base_args))}`"
                  if pair.base_sft_steps else "") + f"; broken `{' '.join(_flags(pair.broken))}`, repaired "
               f"`{' '.join(_flags(pair.repaired))}`.", "", "![symptom](" + f"{s['boundary']}/symptom.png)"]
@@ -626,8 +629,8 @@ def main(argv: list[str] | None = None) -> dict:
     args.code_dir, args.code_hash = ladder.snapshot_code(out)
     args.train_hash, args.readers_hash = code_hashes()
     args.git_commit = policy.repo_commit()
-    path = out / "symptoms.json"
-    state = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pairs": {}}
+    command = "python bench/symptoms.py " + " ".join(argv)
+    done_pairs = {}
     for pair in pairs:
         base = base_dir(pair, args)
         jobs = [(arm, s) for s in range(args.seeds) for arm in ARMS]
@@ -635,20 +638,37 @@ def main(argv: list[str] | None = None) -> dict:
             records = list(pool.map(lambda j: run_one(pair, j[0], j[1], base, args), jobs))
         cfg = json.loads((Path(records[0]["run_dir"]) / "config.json").read_text())["config"]
         summary = summarize(pair, records, base_eval(pair, base, cfg, args))
-        for r in records:
-            state["runs"][f"{pair.boundary}/{r['arm']}-seed{r['seed']}"] = r
-            if args.fixtures:
+        summary |= {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "git_commit": args.git_commit, "code_hash": args.code_hash, "train_hash": args.train_hash,
+                    "readers_hash": args.readers_hash, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+                    "steps": records[0]["envelope"]["rollout_steps"]}
+        if args.fixtures:
+            for r in records:
                 export_fixture(r, summary["excludes_zero"] and summary["in_expected_direction"], Path(args.fixtures))
-        state["pairs"][pair.boundary] = summary
         plot([pair.boundary], records, out / pair.boundary / "symptom.png")
-    runs = list(state["runs"].values())
-    done = [b for b in BOUNDARIES if b in state["pairs"]]
-    plot(done, runs, out / "symptoms.png")
-    command = "python bench/symptoms.py " + " ".join(argv)
-    state["command"], state["git_commit"], state["code_hash"] = command, args.git_commit, args.code_hash
-    path.write_text(json.dumps(state, indent=1) + "\n")
-    summaries = [state["pairs"][b] for b in done]
-    (out / "symptoms.md").write_text(render(summaries, runs, command, args))
+        done_pairs[pair.boundary] = (summary, records)
+    return write_outputs(out, done_pairs)
+
+
+def write_outputs(out: Path, done_pairs: dict) -> dict:
+    """Merge this invocation's pairs into DIR/symptoms.json (another invocation may be writing other boundaries:
+    the file is read and written under a lock), then rewrite symptoms.md and symptoms.png from all of it. A
+    boundary run again replaces its runs and its summary whole."""
+    import fcntl
+
+    with open(out / ".symptoms.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = out / "symptoms.json"
+        state = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pairs": {}}
+        for b, (summary, records) in done_pairs.items():
+            state["runs"] = {k: v for k, v in state["runs"].items() if v["boundary"] != b}
+            state["runs"] |= {f"{b}/{r['arm']}-seed{r['seed']}": r for r in records}
+            state["pairs"][b] = summary
+        path.write_text(json.dumps(state, indent=1) + "\n")
+        runs = list(state["runs"].values())
+        done = [b for b in BOUNDARIES if b in state["pairs"]]
+        plot(done, runs, out / "symptoms.png")
+        (out / "symptoms.md").write_text(render([state["pairs"][b] for b in done], runs))
     print((out / "symptoms.md").read_text())
     return state
 

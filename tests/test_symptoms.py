@@ -142,13 +142,20 @@ def test_summary_table_and_plot_on_hand_made_runs(tmp_path):
     assert s["repaired_named"] == [False] * 3
     paired = s["heldout"]["broken-minus-repaired-seed0"]["avg@2"]  # broken 1/6 right, repaired 3/6 (paired over problems)
     assert paired["diff"] == pytest.approx(1 / 6 - 3 / 6, abs=1e-4) and paired["lo"] <= paired["diff"] <= paired["hi"]
-    args = sy.parse(["--boundary", "contrast", "--out", str(tmp_path)])
-    args.git_commit, args.code_hash, args.train_hash, args.readers_hash = "abc", "h1", "h2", "h3"
-    md = sy.render([s], records, "python bench/symptoms.py --boundary contrast", args)
+    s |= {"command": "python bench/symptoms.py --boundary contrast", "git_commit": "abc", "steps": 2}
+    md = sy.render([s], records)
+    assert "| contrast | `python bench/symptoms.py --boundary contrast` |" in md and "(run here with `--steps 2`)" in md
     assert md.count("| contrast | broken |") == 3 and md.count("| contrast | repaired |") == 3  # every seed's row
     assert "| 3/3 / 0/3 |" in md and pair.why in md and "0.767 [" in md
     sy.plot(["contrast"], records, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+    # a second invocation for another boundary merges into symptoms.json; running a boundary again replaces its runs
+    sy.write_outputs(tmp_path, {"contrast": (s, records)})
+    other = {**s, "boundary": "credit"}
+    sy.write_outputs(tmp_path, {"credit": (other, [{**r, "boundary": "credit"} for r in records[:2]])})
+    sy.write_outputs(tmp_path, {"contrast": (s, records[:2])})
+    state = json.loads((tmp_path / "symptoms.json").read_text())
+    assert set(state["pairs"]) == {"contrast", "credit"} and len(state["runs"]) == 4
 
 
 def test_training_code_hash_ignores_docstrings_and_readers(tmp_path):
