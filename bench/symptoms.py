@@ -291,9 +291,12 @@ PAIRS: dict[tuple[str, str], Pair] = {
     ("exploration", TINY): Pair(
         "exploration", TINY, TINY_COMMON | dict(steps=30, mini_batch_size=8),
         broken=dict(eps_high=0.2), repaired=dict(eps_high=0.28), metric="entropy_last",
+        base_sft_steps=275, base_args=dict(loop_share=0.2),
         why="The paper's 16 optimizer steps per rollout step (`--mini_batch_size 8` of 16 groups x 8 answers), so "
-            "that the ratio leaves 1 within a rollout step and the upper clip can bind; the shipped base (0.09 "
-            "nats/token at step 0), lr 2e-4. Symmetric clip 0.2/0.2 against the paper's 0.2/0.28."),
+            "that the ratio leaves 1 within a rollout step and the upper clip can bind, from the credit pair's base "
+            "(`--loop_share 0.2`): 0.17 nats/token at step 0 against the shipped base's 0.09, right on 30% of its "
+            "training samples, and its entropy fell to 0.07 within 10 steps of the credit pair's own runs. lr 2e-4. "
+            "Symmetric clip 0.2/0.2 against the paper's 0.2/0.28."),
     ("credit", TINY): Pair(
         "credit", TINY, TINY_COMMON | dict(steps=30, max_response_len=64, overlong_penalty=False),
         broken=dict(loss_agg="seq-mean-token-mean"), repaired=dict(loss_agg="token-mean"),
@@ -303,6 +306,18 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "problem differ in length by a loop: the shipped base never writes one. A 64-token budget truncates no "
             "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
             "aggregation differs."),
+    ("contrast", SMOL): Pair(
+        "contrast", SMOL, dict(), preset="smollm2-arith",
+        broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True), metric="zero_adv_share",
+        eval_k=4, eval_limit=64,
+        why="`--preset smollm2-arith` as it is (15 rollout steps, one generation round of 12 prompts x 8, one "
+            "optimizer step per rollout step, --max_seconds 1380), the switch flipped. Its base is right on 3.5% of "
+            "held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong: with dynamic sampling the "
+            "preset trains on the 0-7 mixed groups of each round (its documented run: 0, 0, 2, 4, 6, 6, 7, 6 kept "
+            "of 12 at steps 0-14), without it on all 12. Both arms generate the same 96 samples a step. The other "
+            "boundaries were measured not to fit a 30-minute run: with one optimizer step per rollout step the "
+            "ratio is exactly 1, so the clip never binds (exploration); of the base's answers truncated at 48 "
+            "tokens 2.3% are right at 128 (budget)."),
     ("budget", TINY): Pair(
         "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),
         broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
@@ -441,7 +456,8 @@ def collect(pair: Pair, arm: str, seed: int, run_dir: Path, wall: float, evals: 
             "names_boundary": DIAGNOSIS[pair.boundary] in {f["boundary"] for f in findings},
             f"heldout_avg@{k}": evals["eval"]["metrics"][f"avg@{k}"], f"heldout_pass@{k}": evals["eval"]["metrics"][f"pass@{k}"],
             "heldout_distinct_answers": evals["eval"]["metrics"].get("distinct_answers"),
-            "envelope": env | {"wall_s_command": wall}}
+            "envelope": env | {"wall_s_command": wall,
+                               "optimizer_steps": int(sum(m.get("policy/optimizer_steps", 0) for m in run["metrics"]))}}
 
 
 # --- report.py's test fixtures ------------------------------------------------------------------------------
@@ -498,6 +514,10 @@ def summarize(pair: Pair, records: list[dict], base_report: dict) -> dict:
         for arm in ARMS:
             rep = json.loads((Path(by[(arm, s)]["run_dir"]) / "eval" / "report.json").read_text())
             out["heldout"][f"{arm}-seed{s}"] = _paired(cmp.compare(rep, base_report, n_boot=2000, level=0.95, seed=0), k)
+        for arm in ARMS:  # what the held-out gain cost: per optimizer step and per 1000 generated samples
+            gain, env = out["heldout"][f"{arm}-seed{s}"][f"avg@{k}"]["diff"], by[(arm, s)]["envelope"]
+            out["heldout"][f"{arm}-seed{s}"]["gain"] = {"per_optimizer_step": gain / max(env.get("optimizer_steps", 0), 1),
+                                                        "per_1000_samples": 1000 * gain / max(env["samples_generated"], 1)}
         a = json.loads((Path(by[("broken", s)]["run_dir"]) / "eval" / "report.json").read_text())
         b = json.loads((Path(by[("repaired", s)]["run_dir"]) / "eval" / "report.json").read_text())
         out["heldout"][f"broken-minus-repaired-seed{s}"] = _paired(cmp.compare(a, b, n_boot=2000, level=0.95, seed=0), k)
@@ -524,16 +544,20 @@ def render(summaries: list[dict], records: list[dict]) -> str:
           f"{' '.join(map(str, s.get('load_avg_end', [])))} |" for s in summaries]
     L += ["", "## Every run", "",
          "| boundary | arm | seed | switch | symptom metric | value | report.py names | held-out avg@k before -> after "
-         "(paired 95% CI) | wall s | samples generated | active samples | trained tokens | generated tokens | peak GiB |",
-         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+         "(paired 95% CI) | gain per optimizer step / per 1000 samples | wall s | optimizer steps | samples generated | "
+         "active samples | trained tokens | generated tokens | peak GiB |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(records, key=lambda r: (BOUNDARIES.index(r["boundary"]), r["seed"], r["arm"])):
         s = next(x for x in summaries if x["boundary"] == r["boundary"])
         h = s["heldout"].get(f"{r['arm']}-seed{r['seed']}", {})
         avg = next((v for m, v in h.items() if m.startswith("avg@")), None)
         held = "-" if not avg else f"{avg['b']:.3f} -> {avg['a']:.3f} ({avg['diff']:+.3f} [{avg['lo']:+.3f}, {avg['hi']:+.3f}])"
+        g = h.get("gain", {})
         e = r["envelope"]
         L.append(f"| {r['boundary']} | {r['arm']} | {r['seed']} | {_switch(r['switches'])} | {r['metric']} | {_f(r['value'])} | "
-                 f"{', '.join(r['diagnosis']) or 'healthy'} | {held} | {_f(e['wall_s_command'], 0)} | {e['samples_generated']} | "
+                 f"{', '.join(r['diagnosis']) or 'healthy'} | {held} | {_f(g.get('per_optimizer_step'), 4)} / "
+                 f"{_f(g.get('per_1000_samples'), 4)} | {_f(e['wall_s_command'], 0)} | {e.get('optimizer_steps', '-')} | "
+                 f"{e['samples_generated']} | "
                  f"{e['active_samples']} | {e['trained_tokens']} | {e['generated_tokens']} | {_f(e['peak_memory_gb'], 2)} |")
     L += ["", "## Per pair", "", "| boundary | metric | broken (per seed) | repaired (per seed) | broken - repaired, mean "
           "[95% t-interval over seeds] | excludes 0 | report.py names it: broken / repaired | avg@k broken - repaired "
