@@ -51,6 +51,17 @@ BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half
 # repetitive wrong answers are under-penalised and length grows)
 WRONG_CORRECT_LEN_RATIO = 1.5  # wrong answers 50% longer than correct ones (tiny default: 1.1); truncation explains it: reward check
 LENGTH_GROWTH_MIN = 1.2  # mean length grew by > 20% between the first and the last window
+# Long wrong answers beside right ones, from rollouts.jsonl (`long_wrong_fracs`, logged per step as
+# length/long_wrong_frac by report.py): a wrong answer at least LONG_WRONG_RATIO times as long as the longest right
+# answer of its group gets, under the sample-level mean, at most 1/LONG_WRONG_RATIO of the penalty per token that
+# token-mean would give its tokens. The length checks above need wrong answers 1.5x longer on average and growing;
+# bench/symptoms.py's credit pair (a base that sometimes loops, docs/results.md "The four boundaries, seen") showed
+# the symptom without either: under seq-mean-token-mean loops stayed among the wrong answers (0.09-0.12 of them in the
+# last 5 steps, against 0.05-0.07 under token-mean) while wrong answers were 1.09-1.12x as long as right ones on
+# average and length fell. Its broken runs had 0.14-0.16 of wrong answers 1.2x longer over the run; runs of the
+# shipped base, which never writes more lines than a problem needs, have about none.
+LONG_WRONG_RATIO = 1.2
+LONG_WRONG_FRAC_MAX = 0.1  # more than 1 wrong answer in 10 that long, mean over the run's steps
 # reward (paper 3.4: a truncated answer gets the wrong-answer reward without being wrong)
 TRUNCATED_FRAC_MAX = 0.1  # more than 1 rollout in 10 hits the token budget: the budget, not the answer, sets rewards
 TRUNCATED_WRONG_FRAC_MAX = 0.5  # most "wrong" answers are really "ran out of budget"
@@ -76,6 +87,9 @@ THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; valu
     ("credit", "WRONG_CORRECT_LEN_RATIO", WRONG_CORRECT_LEN_RATIO, "length/wrong_mean / length/correct_mean above this"),
     ("credit", "LENGTH_GROWTH_MIN", LENGTH_GROWTH_MIN,
      "and length/mean grew by this factor; only under seq-mean-token-mean (or unknown)"),
+    ("credit", "LONG_WRONG_RATIO", LONG_WRONG_RATIO, "a wrong answer this many times as long as its group's longest right one"),
+    ("credit", "LONG_WRONG_FRAC_MAX", LONG_WRONG_FRAC_MAX,
+     "or length/long_wrong_frac (the share of such wrong answers, mean over the steps) above this; same aggregations"),
     ("reward", "TRUNCATED_FRAC_MAX", TRUNCATED_FRAC_MAX, "length/truncated_frac above this"),
     ("reward", "TRUNCATED_WRONG_FRAC_MAX", TRUNCATED_WRONG_FRAC_MAX, "or length/truncated_frac_wrong above this"),
     ("reward", "TRUNCATED_FILTERED_MAX", TRUNCATED_FILTERED_MAX,
@@ -188,15 +202,54 @@ def _check_credit(metrics: list[dict], cfg: dict) -> list[Finding]:
     wrong, right = _nanmean(column(last, "length/wrong_mean")), _nanmean(column(last, "length/correct_mean"))
     growth = _nanmean(column(last, "length/mean")) / _nanmean(column(first, "length/mean"))
     trunc_wrong = _nanmean(column(last, "length/truncated_frac_wrong"))
+    long_wrong = _nanmean(column(metrics, "length/long_wrong_frac"))  # NaN without rollouts.jsonl
     # Wrong answers that are long because the budget cut them are the reward boundary's business.
-    if not (wrong / right > WRONG_CORRECT_LEN_RATIO and growth > LENGTH_GROWTH_MIN) or trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
+    if trunc_wrong > TRUNCATED_WRONG_FRAC_MAX:
         return []
-    msg = (f"wrong answers are {wrong / right:.1f}x as long as correct ones ({wrong:.0f} vs {right:.0f} tokens) and mean length "
-           f"grew {growth:.2f}x, under " + ("the sample-level mean (seq-mean-token-mean): each token of a long wrong answer is "
-                                           "under-penalised" if agg else "an unknown loss aggregation (no config.json)"))
-    return [Finding("credit", "critical" if agg else "warning", msg, SWITCHES["credit"],
-                    (_ev(last, "length/wrong_mean"), _ev(last, "length/correct_mean"), _ev(first, "length/mean"),
-                     _ev(last, "length/mean")))]
+    why, evidence = [], []
+    if wrong / right > WRONG_CORRECT_LEN_RATIO and growth > LENGTH_GROWTH_MIN:
+        why.append(f"wrong answers are {wrong / right:.1f}x as long as correct ones ({wrong:.0f} vs {right:.0f} tokens) and "
+                   f"mean length grew {growth:.2f}x")
+        evidence += [_ev(last, "length/wrong_mean"), _ev(last, "length/correct_mean"), _ev(first, "length/mean"),
+                     _ev(last, "length/mean")]
+    if long_wrong > LONG_WRONG_FRAC_MAX:
+        why.append(f"{long_wrong:.0%} of wrong answers beside a right one are at least {LONG_WRONG_RATIO}x as long as their "
+                   f"group's longest right answer (mean over {len(metrics)} steps)")
+        evidence.append(_ev(metrics, "length/long_wrong_frac"))
+    if not why:
+        return []
+    msg = "; ".join(why) + ", under " + ("the sample-level mean (seq-mean-token-mean): each token of a long wrong answer is "
+                                          "under-penalised" if agg else "an unknown loss aggregation (no config.json)")
+    return [Finding("credit", "critical" if agg else "warning", msg, SWITCHES["credit"], tuple(evidence))]
+
+
+def long_wrong_fracs(rollouts: list[dict]) -> dict[int, float]:
+    """Per step, the share of wrong answers at least LONG_WRONG_RATIO x as long as the longest right answer of their
+    group, over the groups with a right answer (steps without such a wrong answer are left out).
+
+    rollouts: rollouts.jsonl records with step, group_id, correct, response_tokens (report.load_run)."""
+    groups: dict[tuple, list] = {}
+    for r in rollouts:
+        groups.setdefault((r["step"], r["group_id"]), []).append(r)
+    counts: dict[int, list] = {}
+    for (step, _), rs in groups.items():
+        right = [r["response_tokens"] for r in rs if r["correct"]]
+        if right:
+            c = counts.setdefault(step, [0, 0])
+            for r in rs:
+                if not r["correct"]:
+                    c[0] += r["response_tokens"] >= LONG_WRONG_RATIO * max(right)
+                    c[1] += 1
+    return {s: n / d for s, (n, d) in sorted(counts.items()) if d}
+
+
+def with_rollout_metrics(metrics: list[dict], rollouts: list[dict] | None) -> list[dict]:
+    """The history with length/long_wrong_frac added from rollouts.jsonl where a step does not log it (new dicts)."""
+    if not rollouts or any(r.get("group_id") is None for r in rollouts[:1]):
+        return metrics
+    fr = long_wrong_fracs(rollouts)
+    return [m if "length/long_wrong_frac" in m or m.get("step") not in fr else {**m, "length/long_wrong_frac": fr[m["step"]]}
+            for m in metrics]
 
 
 def _check_reward(metrics: list[dict], cfg: dict) -> list[Finding]:
@@ -240,7 +293,8 @@ def diagnose(metrics: list[dict], cfg: dict | None) -> list[Finding]:
 
     Args:
         metrics: metrics.jsonl of a run, one dict per rollout step in step order (docs/metrics.md);
-            missing keys (older runs, skipped steps) are ignored, not read as zeros.
+            missing keys (older runs, skipped steps) are ignored, not read as zeros. A step may also carry
+            length/long_wrong_frac, which report.py derives from rollouts.jsonl (`with_rollout_metrics`).
         cfg: the run's train.Config fields (config.json "config"), or None when unknown; severity
             and some checks depend on which switches were on.
 

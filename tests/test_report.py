@@ -105,6 +105,31 @@ def test_long_wrong_answers_under_sample_mean_are_credit():
     assert rp.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
 
 
+def test_long_wrong_answers_beside_right_ones_are_credit_without_length_growth():
+    # bench/symptoms.py's credit pair: loops among the wrong answers, mean lengths close and falling.
+    loops = {"length/long_wrong_frac": lambda s: 0.25 - 0.01 * s, "length/mean": lambda s: 36 - 0.2 * s}
+    (f,) = rp.diagnose(history(**loops), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
+    assert f.boundary == "credit" and f.severity == "critical" and "1.2x as long" in f.message
+    assert f.evidence[-1].metric == "length/long_wrong_frac" and len(f.evidence[-1].steps) == 20  # the whole run
+    assert rp.diagnose(history(**loops), DAPO_CFG) == []  # token-mean: every token weighs alike
+    assert rp.diagnose(history(**{"length/long_wrong_frac": 0.05}), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
+
+
+def test_long_wrong_fracs_from_rollouts():
+    from evaluation import diagnosis
+
+    def r(step, group, correct, tokens):
+        return {"step": step, "group_id": group, "correct": correct, "response_tokens": tokens}
+
+    rows = [r(0, "a", True, 30), r(0, "a", False, 36), r(0, "a", False, 35), r(0, "a", False, 31),  # 36 >= 1.2 x 30
+            r(0, "b", False, 90), r(0, "b", False, 10),  # no right answer in the group: not counted
+            r(1, "c", True, 20), r(1, "c", True, 25), r(1, "c", False, 29)]  # against the longest right one, 25
+    assert diagnosis.long_wrong_fracs(rows) == pytest.approx({0: 1 / 3, 1: 0.0})
+    hist = diagnosis.with_rollout_metrics([{"step": 0}, {"step": 1, "length/long_wrong_frac": 0.5}, {"step": 2}], rows)
+    assert [h.get("length/long_wrong_frac") for h in hist] == [pytest.approx(1 / 3), 0.5, None]  # logged values kept
+    assert diagnosis.with_rollout_metrics([{"step": 0}], None) == [{"step": 0}]
+
+
 def test_truncation_dominated_reward_is_reward():
     cut = {"length/truncated_frac": 0.3, "length/truncated_frac_wrong": 0.8, "length/wrong_mean": 300.0,
            "length/mean": lambda s: 150 + 5 * s}
