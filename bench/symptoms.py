@@ -64,6 +64,7 @@ import ladder  # noqa: E402  (t_interval, snapshot_code)
 import report  # noqa: E402  (load_run, envelope)
 import train  # noqa: E402
 from evaluation import compare as cmp  # noqa: E402
+from evaluation import diagnosis  # noqa: E402
 from plumbing import policy  # noqa: E402
 from tasks import tiny  # noqa: E402
 
@@ -465,7 +466,8 @@ def collect(pair: Pair, arm: str, seed: int, run_dir: Path, wall: float, evals: 
 # What evaluation/diagnosis.py reads of a run: these metrics of every step (and verifier/* counts), these config fields.
 FIXTURE_METRICS = ("step", "policy/entropy", "policy/clipfrac_high", "policy/clipfrac_low", "groups/all_correct_frac",
                    "groups/all_wrong_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted", "length/mean",
-                   "length/correct_mean", "length/wrong_mean", "length/truncated_frac", "length/truncated_frac_wrong")
+                   "length/correct_mean", "length/wrong_mean", "length/truncated_frac", "length/truncated_frac_wrong",
+                   "length/long_wrong_frac")  # the last one derived from rollouts.jsonl, as report.py does
 FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "loss_agg", "overlong_filter",
                   "overlong_penalty", "max_response_len", "overlong_buffer")
 
@@ -476,7 +478,8 @@ def export_fixture(record: dict, shown: bool, out: Path) -> Path:
     shown: whether its pair showed the symptom (the difference's interval excludes 0, in the expected direction)."""
     run_dir = Path(record["run_dir"])
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    run = report.load_run(run_dir)
+    rows = diagnosis.with_rollout_metrics(run["metrics"], run["rollouts"])
     keep = lambda k: k in FIXTURE_METRICS or k.startswith("verifier/")  # noqa: E731
     rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in m.items() if keep(k)} for m in rows]
     doc = {"boundary": record["boundary"], "arm": record["arm"], "seed": record["seed"], "model": record["model"],

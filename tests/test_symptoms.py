@@ -168,3 +168,18 @@ def test_training_code_hash_ignores_docstrings_and_readers(tmp_path):
     assert t1 == t0 and r1 != r0  # a reader changed: report.py reruns, the training runs are kept
     (tmp_path / "train.py").write_text("x = 2\n")
     assert sy.code_hashes(tmp_path)[0] != t0
+
+
+def test_exported_fixture_holds_what_the_diagnosis_reads(tmp_path):
+    run = tmp_path / "credit" / "broken-seed0"
+    run.mkdir(parents=True)
+    cfg = dataclasses.asdict(train.Config(loss_agg="seq-mean-token-mean"))
+    (run / "config.json").write_text(json.dumps({"config": cfg}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "policy/entropy": 0.1, "time/step": 1.0, "verifier/ok": 3})
+                                               + "\n" for s in range(2)))
+    rows = [{"step": s, "group_id": f"{s}-0", "correct": c, "response_tokens": n} for s in range(2) for c, n in ((True, 20), (False, 30))]
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rec = {"boundary": "credit", "arm": "broken", "seed": 0, "model": sy.TINY, "run_dir": str(run)}
+    doc = json.loads(sy.export_fixture(rec, True, tmp_path / "fx").read_text())
+    assert doc["diagnosis_boundary"] == "credit" and doc["symptom_shown"] and doc["config"]["loss_agg"] == "seq-mean-token-mean"
+    assert doc["metrics"] == [{"step": s, "policy/entropy": 0.1, "verifier/ok": 3, "length/long_wrong_frac": 1.0} for s in range(2)]
