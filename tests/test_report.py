@@ -73,6 +73,23 @@ def test_entropy_collapse_is_exploration():
     assert w.boundary == "exploration" and w.severity == "warning"
 
 
+def test_entropy_fall_while_ever_more_groups_find_a_right_answer_is_sharpening():
+    # The loop base's runs (bench/symptoms.py): entropy kept ~30% of its start while the policy learned to stop looping
+    # and the share of groups with a right answer rose. Collapse is the fall that stops that share from rising.
+    fall = {"policy/entropy": lambda s: 0.17 * 0.9**s, "policy/clipfrac_high": 0.0}
+    learning = rp.diagnose(history(**fall, **{"groups/all_wrong_frac": lambda s: 0.25 - 0.01 * s}), DAPO_CFG)
+    assert learning == []
+    (f,) = rp.diagnose(history(**fall, **{"groups/all_wrong_frac": lambda s: 0.2 + 0.004 * s}), DAPO_CFG)  # stalled
+    assert f.boundary == "exploration" and "share of groups with a right answer went 0.79 -> 0.73" in f.message
+    assert {e.metric for e in f.evidence} >= {"policy/entropy", "groups/all_wrong_frac"}
+    # Without groups/all_wrong_frac (an older history) the fall alone decides, as before.
+    old = [{k: v for k, v in m.items() if k != "groups/all_wrong_frac"} for m in history(**fall)]
+    assert boundaries(rp.diagnose(old, DAPO_CFG)) == ["exploration"]
+    # Below the absolute floor the samples are near copies, whatever the share.
+    floor = history(**{"policy/entropy": 0.004, "groups/all_wrong_frac": lambda s: 0.25 - 0.01 * s})
+    assert boundaries(rp.diagnose(floor, DAPO_CFG)) == ["exploration"]
+
+
 def test_entropy_below_absolute_floor_from_the_start_is_exploration():
     hist = history(**{"policy/entropy": 0.004, "policy/clipfrac_high": 0.0})
     assert boundaries(rp.diagnose(hist, DAPO_CFG)) == ["exploration"]
