@@ -57,7 +57,7 @@ SOLVED_RISE_MIN = 0.0
 # With dynamic sampling on, uniform groups never reach the update: their cost is what KEPT_FRAC_MIN reads.
 UNIFORM_GROUPS_MAX = 0.5
 KEPT_FRAC_MIN = 0.2  # with dynamic sampling, below this each trained group costs > 5 generated groups (tiny default: ~0.33)
-BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half the window's steps used every round
+BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half the window's steps used every round (of > 1)
 # credit (paper 3.3: under the sample-level mean, tokens of long answers weigh less, so long
 # repetitive wrong answers are under-penalised and length grows)
 WRONG_CORRECT_LEN_RATIO = 1.5  # wrong answers 50% longer than correct ones (tiny default: 1.1); truncation explains it: reward check
@@ -96,7 +96,7 @@ THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; valu
      "groups/all_correct_frac + groups/all_wrong_frac above this (dynamic sampling off or unknown)"),
     ("contrast", "KEPT_FRAC_MIN", KEPT_FRAC_MIN, "or groups/kept_frac below this (dynamic sampling on)"),
     ("contrast", "BUDGET_STEPS_FRAC", BUDGET_STEPS_FRAC,
-     "or this share of steps ran groups/gen_rounds = max_gen_rounds; any groups/exhausted: critical"),
+     "or this share of steps ran groups/gen_rounds = max_gen_rounds (> 1); any groups/exhausted: critical"),
     ("credit", "WRONG_CORRECT_LEN_RATIO", WRONG_CORRECT_LEN_RATIO, "length/wrong_mean / length/correct_mean above this"),
     ("credit", "LENGTH_GROWTH_MIN", LENGTH_GROWTH_MIN,
      "and length/mean grew by this factor; only under seq-mean-token-mean (or unknown)"),
@@ -191,7 +191,10 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     exhausted = int(np.nansum(column(last, "groups/exhausted")))
     ds = cfg.get("dynamic_sampling")  # None: unknown (no config.json)
     rounds, max_rounds = column(last, "groups/gen_rounds"), cfg.get("max_gen_rounds")
-    at_budget = float(np.mean(rounds >= max_rounds)) if max_rounds and ds is not False else 0.0
+    # With one round there is no resampling: every step "uses all its rounds", full batch or not (a short one is what
+    # groups/exhausted says). Until --preset smollm2-arith (max_gen_rounds 1) was run in bench/symptoms.py this fired
+    # on every step of any one-round run.
+    at_budget = float(np.mean(rounds >= max_rounds)) if max_rounds and max_rounds > 1 and ds is not False else 0.0
     why, critical = [], False
     if ds is not True and uniform > UNIFORM_GROUPS_MAX:  # with dynamic sampling they are filtered out, never trained
         why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong (zero advantage)"

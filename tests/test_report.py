@@ -105,6 +105,14 @@ def test_contrast_loss_with_dynamic_sampling_at_its_budget():
     assert {e.metric for e in f.evidence} >= {"groups/all_correct_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted"}
 
 
+def test_one_generation_round_is_not_a_binding_round_budget():
+    # --preset smollm2-arith: max_gen_rounds 1, so every step "uses all its rounds"; only a short batch says something.
+    one = {**DAPO_CFG, "max_gen_rounds": 1}
+    assert rp.diagnose(history(), one) == []
+    (f,) = rp.diagnose(history(**{"groups/exhausted": lambda s: 1.0 if s >= 17 else None}), one)
+    assert f.boundary == "contrast" and f.severity == "critical" and "generation rounds" not in f.message
+
+
 def test_contrast_loss_without_dynamic_sampling():
     hist = history(**{"groups/all_correct_frac": 0.6, "groups/all_wrong_frac": 0.3, "groups/kept_frac": 0.67})
     (f,) = rp.diagnose(hist, {**DAPO_CFG, "dynamic_sampling": False})
