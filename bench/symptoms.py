@@ -308,11 +308,17 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
             "aggregation differs."),
     ("contrast", SMOL): Pair(
-        "contrast", SMOL, dict(), preset="smollm2-arith",
+        "contrast", SMOL, dict(steps=10, max_seconds=0, eval_limit=16), preset="smollm2-arith",
         broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True), metric="zero_adv_share",
         eval_k=4, eval_limit=64,
-        why="`--preset smollm2-arith` as it is (15 rollout steps, one generation round of 12 prompts x 8, one "
-            "optimizer step per rollout step, --max_seconds 1380), the switch flipped. Its base is right on 3.5% of "
+        why="`--preset smollm2-arith` (one generation round of 12 prompts x 8, one optimizer step per rollout step), "
+            "the switch flipped, and the same budget for both arms: 10 rollout steps with no wall-clock cap "
+            "(`--steps 10 --max_seconds 0`; the preset's 1380 s cap would stop the arms at different steps on a loaded "
+            "machine), and the run's own held-out pass cut to 16 problems (`--eval_limit 16`: eval.py measures 64 x 4 "
+            "after it). 10, not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s "
+            "and 114 s on one core (generation 50 s and 25 s, update 101 s and 88 s; 2026-12-03), so 4 runs of 15 "
+            "steps, two at a time, would not fit the hour of both cores this measurement had. The arms differ in optimizer steps only where the repaired arm keeps no group: it takes no step "
+            "there, where the broken arm's step has advantage 0 on every sample (a zero gradient). Its base is right on 3.5% of "
             "held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong: with dynamic sampling the "
             "preset trains on the 0-7 mixed groups of each round (its documented run: 0, 0, 2, 4, 6, 6, 7, 6 kept "
             "of 12 at steps 0-14), without it on all 12. Both arms generate the same 96 samples a step. The other "
@@ -658,6 +664,12 @@ def main(argv: list[str] | None = None) -> dict:
     args.git_commit = policy.repo_commit()
     command = "python bench/symptoms.py " + " ".join(argv)
     done_pairs = {}
+    have = json.loads((out / "symptoms.json").read_text())["pairs"] if (out / "symptoms.json").exists() else {}
+    for pair in pairs:  # DIR/<boundary>/<arm>-seed<N>/ of another model would be overwritten
+        if have.get(pair.boundary, {}).get("model", pair.model) != pair.model:
+            print(f"error: --out {args.out} holds the {pair.boundary} pair on {have[pair.boundary]['model']}; give --model "
+                  f"{pair.model} another --out (e.g. runs/symptoms-smol)", file=sys.stderr)
+            raise SystemExit(2)
     for pair in pairs:
         base = base_dir(pair, args)
         jobs = [(arm, s) for s in range(args.seeds) for arm in ARMS]
