@@ -29,6 +29,7 @@ import numpy as np
 import train  # Config defaults only, for the "config differences" table
 from plumbing import cli
 from evaluation import audit
+from evaluation import diagnosis  # the diagnosis of the four boundaries: its checks and thresholds
 from evaluation.diagnosis import THRESHOLDS, Finding, column, diagnose
 from evaluation.audit import age_bucket  # rollout ages, shared with the audit
 
@@ -43,7 +44,7 @@ def _fmt(x) -> str:
 # the rest (texts) is not kept in memory
 ROLLOUT_FIELDS = {"step": int, "policy_version": int, "learner_version": int, "response_tokens": int, "truncated": bool,
                   "correct": bool, "reward": float, "verifier_reason": str, "gen_wall_s": float, "verifier_version": str,
-                  "dataset_hash": str}
+                  "dataset_hash": str, "group_id": str}
 ENVELOPE_SUMS = ("prompts_generated", "samples_generated", "active_samples", "trained_tokens")  # summed over steps
 ENVELOPE_MAXES = ("max_response_len", "max_prompt_len")  # the largest over steps
 PHASES = ("time/generate", "time/score", "time/old_logprobs", "time/update", "time/weight_sync")
@@ -397,7 +398,7 @@ def run_report(run_dirs: list[str | Path], out: str | Path | None = None) -> dic
     names = _run_names(runs)
     out = Path(out) if out else runs[0]["dir"] / "report"
     out.mkdir(parents=True, exist_ok=True)
-    findings = [diagnose(r["metrics"], r["cfg"]) for r in runs]
+    findings = [diagnose(diagnosis.with_rollout_metrics(r["metrics"], r["rollouts"]), r["cfg"]) for r in runs]
     plots, notes = write_plots(runs, names, out)
     audits = [audit.audit_run(r) for r in runs]  # rewarded answers: flags and a stratified sample (evaluation/audit.py)
     (out / "report.md").write_text(render_run_report(runs, names, findings, plots, notes) + audit.markdown(audits, names))

@@ -66,6 +66,26 @@ def cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n").replace("|", "\\|")
 
 
+# Where each intervention is seen over whole runs, broken and repaired (bench/symptoms.py).
+SEEN = {
+    'budget': ('Over whole runs: the budget pair of docs/results.md "The four boundaries, seen" trains one '
+               'regime twice per seed, truncation scored as wrong (no overlong filter, no soft punishment) '
+               'against the overlong filter with the soft punishment, and counts the truncated answers that '
+               'were still right so far.'),
+    'contrast': ('Over whole runs: the contrast pair of docs/results.md "The four boundaries, seen" starts '
+                 'from a base whose groups are mostly all wrong and trains it with dynamic sampling off and '
+                 'on: the share of the trained batch with advantage 0, and what the held-out gain cost per '
+                 'optimizer step and per generated sample.'),
+    'credit': ('Over whole runs: the credit pair of docs/results.md "The four boundaries, seen" starts from '
+               'a base that sometimes loops (writes a column line again) and trains it under both '
+               'aggregations: how many of the wrong answers still loop after 30 steps.'),
+    'exploration': ('Over whole runs: the exploration pair of docs/results.md "The four boundaries, seen" trains '
+                    'with 16 optimizer steps per rollout step under the symmetric clip and under Clip-Higher: '
+                    'entropy per step, the clip fractions on each side, distinct answers and pass@16 of the final'
+                    ' policies.'),
+}
+
+
 def build(out_lines: list[str]) -> None:
     import torch
 
@@ -190,6 +210,7 @@ def build(out_lines: list[str]) -> None:
         w(f"| {i} | {int(lengths[i])} | {'yes' if truncated[i] else 'no'} | {r_correct[i]:+.0f} | "
           f"{r4(group.reward_overlong[i])} | {r4(group.reward[i])} | {r4(r_correct[i])} |")
     w("")
+    w(SEEN["budget"] + "\n")
 
     # --- 4. dynamic sampling -------------------------------------------------------------------------------
     keep = dapo.dynamic_sampling_keep(correct, G)  # (1,)
@@ -198,6 +219,7 @@ def build(out_lines: list[str]) -> None:
       f"{int(correct.sum())} of {G} are right, so DAPO **{'keeps' if bool(keep[0]) else 'drops'}** the group. "
       "GRPO keeps every group regardless; the difference shows on the groups of section 0, which GRPO would "
       "have trained on with all advantages 0.\n")
+    w(SEEN["contrast"] + "\n")
 
     # --- 5. advantages -----------------------------------------------------------------------------------
     adv_dapo = dapo.group_advantages(group.reward, G)  # (G,)
@@ -256,6 +278,7 @@ def build(out_lines: list[str]) -> None:
         w(f"| {i} | {n} | {r4(adv_dapo[i])} | {float(w_tok[i, 0]):.6f} | {r4(w_tok[i].sum())} | {float(w_seq[i, 0]):.6f} | "
           f"{r4(w_seq[i].sum())} |")
     w(f"\nTotal tokens in the loss: {int(mask.sum())}. Shares sum to {r4(w_tok.sum())} and {r4(w_seq.sum())}.\n")
+    w(SEEN["credit"] + "\n")
 
     # --- 7. one optimizer step, ratios --------------------------------------------------------------------------
     model.eval()
@@ -355,6 +378,7 @@ def build(out_lines: list[str]) -> None:
       f"{r4(st_ppo['clipfrac_high'])}). Clip-Higher left {int(freed.sum())} token(s) free to keep growing."
       + (" In this group no ratio of an A > 0 token fell in that interval, so the two clips agree here; "
          "docs/results.md \"The ablation ladder\" shows the effect over a run." if int(freed.sum()) == 0 else "") + "\n")
+    w(SEEN["exploration"] + "\n")
 
     # --- 9. after DAPO: the same ratios under CISPO and GSPO ---------------------------------------------------------
     n_loss = float(mask.sum())

@@ -118,13 +118,18 @@ def make_problem(rng: random.Random, min_digits: int = MIN_DIGITS, max_digits: i
     """
     a, b = (rng.randint(10 ** (d - 1) if d > 1 else 0, 10**d - 1) for d in
             (rng.randint(min_digits, max_digits), rng.randint(min_digits, max_digits)))
+    return {"problem": f"What is {a}+{b}?", "answer": str(a + b), "solution": column_solution(a, b)}
+
+
+def column_solution(a: int, b: int) -> str:
+    """The worked answer to "What is a+b?" (make_problem's solution): one line per column, then "Answer: a+b"."""
     lines, carry, i = [], 0, 0
     while i < max(len(str(a)), len(str(b))):
         x, y = (a // 10**i) % 10, (b // 10**i) % 10
         lines.append(f"{x}+{y}{'+1' if carry else ''}={x + y + carry}")
         carry = (x + y + carry) // 10
         i += 1
-    return {"problem": f"What is {a}+{b}?", "answer": str(a + b), "solution": "\n".join(lines) + f"\nAnswer: {a + b}"}
+    return "\n".join(lines) + f"\nAnswer: {a + b}"
 
 
 def make_split(n: int, *, held_out: bool, seed: int, min_digits: int = MIN_DIGITS, max_digits: int = MAX_DIGITS) -> list[dict]:

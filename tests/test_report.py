@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,6 +74,23 @@ def test_entropy_collapse_is_exploration():
     assert w.boundary == "exploration" and w.severity == "warning"
 
 
+def test_entropy_fall_while_ever_more_groups_find_a_right_answer_is_sharpening():
+    # The loop base's runs (bench/symptoms.py): entropy kept ~30% of its start while the policy learned to stop looping
+    # and the share of groups with a right answer rose. Collapse is the fall that stops that share from rising.
+    fall = {"policy/entropy": lambda s: 0.17 * 0.9**s, "policy/clipfrac_high": 0.0}
+    learning = rp.diagnose(history(**fall, **{"groups/all_wrong_frac": lambda s: 0.25 - 0.01 * s}), DAPO_CFG)
+    assert learning == []
+    (f,) = rp.diagnose(history(**fall, **{"groups/all_wrong_frac": lambda s: 0.2 + 0.004 * s}), DAPO_CFG)  # stalled
+    assert f.boundary == "exploration" and "share of groups with a right answer went 0.79 -> 0.73" in f.message
+    assert {e.metric for e in f.evidence} >= {"policy/entropy", "groups/all_wrong_frac"}
+    # Without groups/all_wrong_frac (an older history) the fall alone decides, as before.
+    old = [{k: v for k, v in m.items() if k != "groups/all_wrong_frac"} for m in history(**fall)]
+    assert boundaries(rp.diagnose(old, DAPO_CFG)) == ["exploration"]
+    # Below the absolute floor the samples are near copies, whatever the share.
+    floor = history(**{"policy/entropy": 0.004, "groups/all_wrong_frac": lambda s: 0.25 - 0.01 * s})
+    assert boundaries(rp.diagnose(floor, DAPO_CFG)) == ["exploration"]
+
+
 def test_entropy_below_absolute_floor_from_the_start_is_exploration():
     hist = history(**{"policy/entropy": 0.004, "policy/clipfrac_high": 0.0})
     assert boundaries(diagnosis.diagnose(hist, DAPO_CFG)) == ["exploration"]
@@ -86,6 +104,14 @@ def test_contrast_loss_with_dynamic_sampling_at_its_budget():
     (f,) = diagnosis.diagnose(hist, DAPO_CFG)  # max_gen_rounds = 4
     assert f.boundary == "contrast" and f.severity == "critical" and "--dynamic_sampling" in f.switch
     assert {e.metric for e in f.evidence} >= {"groups/all_correct_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted"}
+
+
+def test_one_generation_round_is_not_a_binding_round_budget():
+    # --preset smollm2-arith: max_gen_rounds 1, so every step "uses all its rounds"; only a short batch says something.
+    one = {**DAPO_CFG, "max_gen_rounds": 1}
+    assert rp.diagnose(history(), one) == []
+    (f,) = rp.diagnose(history(**{"groups/exhausted": lambda s: 1.0 if s >= 17 else None}), one)
+    assert f.boundary == "contrast" and f.severity == "critical" and "generation rounds" not in f.message
 
 
 def test_contrast_loss_without_dynamic_sampling():
@@ -105,6 +131,31 @@ def test_long_wrong_answers_under_sample_mean_are_credit():
     assert diagnosis.diagnose(history(3, **grow), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
 
 
+def test_long_wrong_answers_beside_right_ones_are_credit_without_length_growth():
+    # bench/symptoms.py's credit pair: loops among the wrong answers, mean lengths close and falling.
+    loops = {"length/long_wrong_frac": lambda s: 0.25 - 0.01 * s, "length/mean": lambda s: 36 - 0.2 * s}
+    (f,) = rp.diagnose(history(**loops), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"})
+    assert f.boundary == "credit" and f.severity == "critical" and "1.2x as long" in f.message
+    assert f.evidence[-1].metric == "length/long_wrong_frac" and len(f.evidence[-1].steps) == 20  # the whole run
+    assert rp.diagnose(history(**loops), DAPO_CFG) == []  # token-mean: every token weighs alike
+    assert rp.diagnose(history(**{"length/long_wrong_frac": 0.05}), {**DAPO_CFG, "loss_agg": "seq-mean-token-mean"}) == []
+
+
+def test_long_wrong_fracs_from_rollouts():
+    from evaluation import diagnosis
+
+    def r(step, group, correct, tokens):
+        return {"step": step, "group_id": group, "correct": correct, "response_tokens": tokens}
+
+    rows = [r(0, "a", True, 30), r(0, "a", False, 36), r(0, "a", False, 35), r(0, "a", False, 31),  # 36 >= 1.2 x 30
+            r(0, "b", False, 90), r(0, "b", False, 10),  # no right answer in the group: not counted
+            r(1, "c", True, 20), r(1, "c", True, 25), r(1, "c", False, 29)]  # against the longest right one, 25
+    assert diagnosis.long_wrong_fracs(rows) == pytest.approx({0: 1 / 3, 1: 0.0})
+    hist = diagnosis.with_rollout_metrics([{"step": 0}, {"step": 1, "length/long_wrong_frac": 0.5}, {"step": 2}], rows)
+    assert [h.get("length/long_wrong_frac") for h in hist] == [pytest.approx(1 / 3), 0.5, None]  # logged values kept
+    assert diagnosis.with_rollout_metrics([{"step": 0}], None) == [{"step": 0}]
+
+
 def test_truncation_dominated_reward_is_reward():
     cut = {"length/truncated_frac": 0.3, "length/truncated_frac_wrong": 0.8, "length/wrong_mean": 300.0,
            "length/mean": lambda s: 150 + 5 * s}
@@ -116,9 +167,63 @@ def test_truncation_dominated_reward_is_reward():
     assert w.boundary == "reward" and w.severity == "warning" and "--max_response_len" in w.message
 
 
+def test_truncation_under_the_overlong_filter_is_not_scored_as_wrong():
+    # The filter masks truncated answers: the reward does not call them wrong, so the boundary holds ...
+    cut = {"length/truncated_frac": 0.3, "length/truncated_frac_wrong": 0.8}
+    assert rp.diagnose(history(**cut), {**DAPO_CFG, "overlong_filter": True}) == []
+    # ... unless it takes most of the batch out of the loss: then the budget is too small to learn from.
+    (w,) = rp.diagnose(history(**{**cut, "length/truncated_frac": 0.6}), {**DAPO_CFG, "overlong_filter": True})
+    assert w.boundary == "reward" and w.severity == "warning" and "--overlong_filter takes them out" in w.message
+
+
+def test_uniform_groups_under_dynamic_sampling_are_a_cost_not_a_finding():
+    half = {"groups/all_correct_frac": 0.1, "groups/all_wrong_frac": 0.6, "groups/kept_frac": 0.3}
+    assert rp.diagnose(history(**half), DAPO_CFG) == []  # filtered out before the update; kept_frac 0.3 is affordable
+    (f,) = rp.diagnose(history(**half), {**DAPO_CFG, "dynamic_sampling": False})  # trained on: 70% of the batch is inert
+    assert f.boundary == "contrast" and f.severity == "critical" and "carries no gradient" in f.message
+    (u,) = rp.diagnose(history(**half), None)  # unknown switches: a warning
+    assert u.boundary == "contrast" and u.severity == "warning"
+
+
 def test_verifier_exceptions_are_reward():
     (f,) = diagnosis.diagnose(history(**{"verifier/exceptions": 5, "verifier/timeout": 5}), DAPO_CFG)
     assert f.boundary == "reward" and "verifier" in f.switch and f.evidence[0].metric == "verifier/exceptions"
+
+
+# --- diagnose() on the histories of real runs (bench/symptoms.py) -------------------------------------------
+#
+# Each fixture is one run of a broken/repaired pair of bench/symptoms.py (docs/results.md "The four boundaries,
+# seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture). Where the pair showed its symptom
+# (the arms' difference excluded 0 over the seeds), the pair's boundary must be named on the broken run of each seed
+# and not on its repaired run. Where it did not (symptom_shown false: the two arms behaved alike), the two runs of a
+# seed must be read alike: the boundary named on both or on neither.
+
+SYMPTOM_FIXTURES = sorted((Path(__file__).parent / "fixtures" / "symptoms").glob("*.json"))
+
+
+def _fixture_pairs() -> dict:
+    pairs: dict = {}
+    for f in SYMPTOM_FIXTURES:
+        doc = json.loads(f.read_text())
+        pairs.setdefault((doc["boundary"], doc["model"], doc["seed"]), {})[doc["arm"]] = doc
+    return pairs
+
+
+def test_every_boundary_has_real_run_fixtures():
+    pairs = _fixture_pairs()
+    for boundary in ("exploration", "contrast", "credit", "budget"):
+        seeds = [k for k, arms in pairs.items() if k[0] == boundary and set(arms) == {"broken", "repaired"}]
+        assert len(seeds) >= 3, f"{boundary}: {len(seeds)} seeds with both arms"
+
+
+@pytest.mark.parametrize("key", sorted(_fixture_pairs()), ids=lambda k: f"{k[0]}-{k[1]}-seed{k[2]}")
+def test_real_run_histories_name_their_boundary_only_when_broken(key):
+    arms = _fixture_pairs()[key]
+    named = {arm: doc["diagnosis_boundary"] in boundaries(rp.diagnose(doc["metrics"], doc["config"])) for arm, doc in arms.items()}
+    if arms["broken"]["symptom_shown"]:
+        assert named == {"broken": True, "repaired": False}, (arms["broken"]["source"], named)
+    else:
+        assert named["broken"] == named["repaired"], (arms["broken"]["source"], named)
 
 
 def test_diagnose_rejects_an_empty_history():

@@ -1,0 +1,716 @@
+"""DAPO's four boundaries seen breaking and repaired: one pair of real train.py runs per intervention.
+
+    OMP_NUM_THREADS=1 python bench/symptoms.py --boundary contrast --seeds 3 --out runs/symptoms
+    OMP_NUM_THREADS=1 python bench/symptoms.py --boundary exploration contrast credit budget --seeds 3 --out runs/symptoms
+    OMP_NUM_THREADS=1 python bench/symptoms.py --boundary budget --seeds 2 --model smollm2-135m-instruct --out runs/symptoms-smol
+
+The documents this repository implements ask of every run "which boundary failed: exploration,
+group contrast, token credit, or reward interpretation?", and read DAPO's techniques as mappings
+from symptoms to mechanisms. For each boundary this script runs the same regime twice per seed,
+once with the intervention off (arm `broken`) and once on (arm `repaired`), everything else equal
+(the same optimizer-step budget, seed, data order and base policy):
+
+  exploration  symmetric clip (--eps_high = --eps_low)    against Clip-Higher (paper 3.1)
+  contrast     --dynamic_sampling false                   against true        (paper 3.2)
+  credit       --loss_agg seq-mean-token-mean             against token-mean  (paper 3.3)
+  budget       truncation scored as wrong (no overlong    against overlong filtering and the
+               filter, no soft punishment)                soft punishment     (paper 3.4)
+
+The regimes (PAIRS below, each with the reason it was chosen and what was measured to choose it)
+are where the symptom was found to show on these machines, not the defaults: the shipped tiny base
+is nearly deterministic and writes one fixed form per problem, so some pairs start from another
+base built with the repository's own warm-up (tasks/tiny_base.py) at run time.
+
+For every run it writes a train.py run directory DIR/<boundary>/<arm>-seed<N>/, runs report.py on
+it (its diagnosis.json names the boundaries it saw), evaluates the final policy and the base with
+eval.py on the same held-out problems and seed (DIR/<boundary>/base-eval/, RUN/eval/), and reads
+the symptom metric of the pair from the run's files. Then DIR/symptoms.json (one record per run:
+boundary, arm, seed, the switches that differ, the symptom metric's name and value, report.py's
+boundaries, held-out before/after with paired intervals, the resource envelope), DIR/symptoms.md
+(the table), DIR/<boundary>/symptom.png (the symptom's metric per step, the arms overlaid) and
+DIR/symptoms.png (every boundary run so far, one panel each).
+
+Statistics: the symptom's difference broken - repaired per seed (the two arms of a seed share the
+seed), its mean with a 95% Student-t interval over seeds (bench/ladder.py's t_interval: mean +-
+t(0.975, n-1) s / sqrt(n)); held-out avg@k before/after and between the arms of a seed with
+evaluation/compare.py's paired bootstrap over problems. Every seed run is in the table.
+
+Runs execute a frozen copy of the code (bench/ladder.py's snapshot_code: DIR/.code/HASH), so edits
+to the working tree while the script runs cannot mix versions. A finished run is reused only for the
+same config and the same hash of the code that trains (every file snapshot_code copies but the
+readers of a finished run, READERS); report.py runs again on it when a reader changed, so a change to
+the diagnosis is checked on the same runs (--force reruns everything).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+import ladder  # noqa: E402  (t_interval, snapshot_code)
+import report  # noqa: E402  (load_run, envelope)
+import train  # noqa: E402
+from evaluation import compare as cmp  # noqa: E402
+from evaluation import diagnosis  # noqa: E402
+from plumbing import policy  # noqa: E402
+from tasks import tiny  # noqa: E402
+
+BOUNDARIES = ("exploration", "contrast", "credit", "budget")
+ARMS = ("broken", "repaired")
+DIAGNOSIS = {"exploration": "exploration", "contrast": "contrast", "credit": "credit", "budget": "reward"}  # report.py's names
+TINY, SMOL = "tiny", "smollm2-135m-instruct"
+READERS = ("report.py", "evaluation/diagnosis.py", "evaluation/audit.py")  # read a finished run; change no training
+
+
+def code_hashes(root: Path = REPO) -> tuple[str, str]:
+    """(hash of the code that trains, hash of the readers) of a checkout or a snapshot (DIR/.code/HASH).
+
+    Over the files bench/ladder.py's snapshot copies (the root's and the code folders' *.py, the tiny
+    base), a Python file by its syntax tree without docstrings (a comment or a docstring computes
+    nothing), any other by its bytes; 16 hex each."""
+    import ast
+    import hashlib
+
+    hs = {True: hashlib.sha256(), False: hashlib.sha256()}
+    files = sorted(root.glob("*.py")) + sorted(p for d in ("plumbing", "evaluation", "tasks") for p in (root / d).glob("*.py"))
+    files += sorted(f for f in (root / "assets" / "tiny-base").glob("*") if f.is_file())
+    for f in files:
+        name = f.relative_to(root).as_posix()
+        data = f.read_bytes()
+        if f.suffix == ".py":
+            tree = ast.parse(data)
+            for node in ast.walk(tree):
+                body = getattr(node, "body", None)
+                if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                        getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+            data = ast.dump(tree).encode()
+        hs[name in READERS].update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    return hs[False].hexdigest()[:16], hs[True].hexdigest()[:16]
+
+
+def run_train_hash(meta: dict, out: Path) -> str | None:
+    """The training-code hash of the snapshot a finished run executed (None: that snapshot is gone)."""
+    code = out / ".code" / str(meta.get("code_hash"))
+    return code_hashes(code)[0] if (code / "train.py").exists() else None
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One boundary's broken/repaired pair in one regime: the flags both arms share and the switch between them."""
+
+    boundary: str
+    model: str  # TINY or SMOL
+    common: dict  # train.py flags of both arms (after --preset), the regime
+    broken: dict  # the intervention off
+    repaired: dict  # the intervention on
+    metric: str  # the symptom metric: a key of SYMPTOMS
+    why: str  # the regime, and why it is this one (measured)
+    preset: str = "tiny"
+    base_sft_steps: int = 0  # tiny: warm-up steps of a base built at run time (tasks/tiny_base.py); 0 = the shipped base
+    base_args: dict = field(default_factory=dict)  # more tasks.tiny_base flags for that base
+    eval_k: int = 16  # held-out samples per problem (eval.py): avg@k, pass@k at large k, distinct answers
+    eval_limit: int = 128
+    long_budget: int = 0  # > 0: also evaluate the final policy at this budget, same seed (the budget pair)
+
+
+# --- the symptom metrics ---------------------------------------------------------------------------------
+#
+# Each reads one finished run: {"dir", "metrics" (metrics.jsonl rows), "rollouts" (rollouts.jsonl, every
+# field), "cfg", "evals" ({name: eval.py report.json})} and returns (value, steps, per-step values, extras).
+# value is what the pair's difference is computed on; the per-step series is what symptom.png overlays.
+
+LAST = 5  # rollout steps averaged for the end-of-run values (report.py's DIAG_WINDOW)
+
+
+def _col(metrics: list[dict], key: str) -> list:
+    return [m.get(key) for m in metrics]
+
+
+def _tail_mean(values: list, n: int = LAST) -> float | None:
+    vals = [v for v in values[-n:] if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+def _by_step(rollouts: list[dict], pick, agg) -> tuple[list[int], list]:
+    """(steps, agg(rollouts of that step selected by pick)) for every step with rollouts."""
+    steps = sorted({r["step"] for r in rollouts})
+    return steps, [agg([r for r in rollouts if r["step"] == s and pick(r)]) for s in steps]
+
+
+def _share(rs: list[dict], pred) -> float | None:
+    return sum(1 for r in rs if pred(r)) / len(rs) if rs else None
+
+
+def repeated_line(text: str) -> bool:
+    """A response that writes one of its non-empty lines twice (a loop): the repetitive answers of paper 3.3."""
+    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
+    return len(lines) != len(set(lines))
+
+
+def reference_solution(prompt: str) -> str | None:
+    """The tiny task's worked answer to a rollout's prompt ("What is a+b?"), or None for another task."""
+    m = re.search(r"What is ([0-9]+)\+([0-9]+)\?", prompt)
+    return tiny.column_solution(int(m.group(1)), int(m.group(2))) if m else None
+
+
+def collapse_repeats(text: str) -> str:
+    """The text with every line that repeats the line before it dropped ("a\na\nb" -> "a\nb"); a cut last line is kept."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if not out or line != out[-1]:
+            out.append(line)
+    return "\n".join(out)
+
+
+def on_track(r: dict) -> bool:
+    """A truncated tiny rollout that is so far the right worked answer, up to repeated lines: a larger budget
+    would have let it finish right (if it stops looping)."""
+    ref = reference_solution(r["prompt"])
+    return bool(r["truncated"]) and ref is not None and ref.startswith(collapse_repeats(r["response"]))
+
+
+def sym_entropy(run: dict):
+    """exploration: policy/entropy (nats per response token, before the update), mean of the last steps."""
+    ms = run["metrics"]
+    ent = _col(ms, "policy/entropy")
+    extras = {"entropy_first": _tail_mean(ent[:LAST], LAST), "clipfrac_high_mean": _mean(_col(ms, "policy/clipfrac_high")),
+              "clipfrac_low_mean": _mean(_col(ms, "policy/clipfrac_low"))}
+    return _tail_mean(ent), [m["step"] for m in ms], ent, extras
+
+
+def sym_zero_adv(run: dict):
+    """contrast: share of the trained responses whose advantage is 0 (a group all right or all wrong), per step."""
+    trained = [r for r in run["rollouts"] if r["kept"]]
+    steps, share = _by_step(trained, lambda r: True, lambda rs: _share(rs, lambda r: abs(r["advantage"] or 0.0) < 1e-6))
+    n_opt = sum(m.get("policy/optimizer_steps", 0) for m in run["metrics"])
+    effective = sum(1 for r in trained if abs(r["advantage"] or 0.0) >= 1e-6)
+    extras = {"effective_per_optimizer_step": effective / max(n_opt, 1), "optimizer_steps": n_opt}
+    return _mean(share), steps, share, extras
+
+
+def repetitive(r: dict) -> bool:
+    """A rollout that writes more than its problem needs by repeating itself. On the tiny task: more working lines than
+    the problem has columns (its reference's lines; a loop is the only way the bases here write more), so two equal
+    columns ("11+11") are no loop; elsewhere: a line written twice (repeated_line)."""
+    ref = reference_solution(r["prompt"])
+    if ref is None:
+        return repeated_line(r["response"])
+    work = [ln for ln in r["response"].split("\n") if ln.strip() and not ln.startswith("Answer")]
+    return len(work) > ref.count("\n")
+
+
+def sym_long_wrong(run: dict):
+    """credit: share of the wrong training answers that loop (`repetitive`), per step; mean of the last steps."""
+    steps, share = _by_step(run["rollouts"], lambda r: not r["correct"], lambda rs: _share(rs, repetitive))
+    ms = run["metrics"]
+    extras = {"wrong_len_last": _tail_mean(_col(ms, "length/wrong_mean")), "correct_len_last": _tail_mean(_col(ms, "length/correct_mean")),
+              "repetitive_share_all_last": _tail_mean(_by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, repetitive))[1]),
+              "repetitive_share_correct_last": _tail_mean(_by_step(run["rollouts"], lambda r: bool(r["correct"]),
+                                                                   lambda rs: _share(rs, repetitive))[1])}
+    return _tail_mean(share), steps, share, extras
+
+
+def sym_budget(run: dict):
+    """budget: share of the training rollouts truncated while still right so far (tiny: a prefix of the
+    reference worked answer), per step; the value is its mean over the last steps.
+
+    These are the answers a larger budget would have let finish right, which truncation scored as wrong
+    punishes. Extras: the held-out view of the final policy (budget_completion: of its samples truncated
+    at the training budget, the share right at the larger one, same samples), the direct (unreasoned,
+    'Answer: N' alone) share of the last steps, truncation and length."""
+    steps, share = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, on_track))
+    ev = run["evals"]
+    extras = budget_completion(ev["eval"], ev["eval-long"]) if "eval" in ev and "eval-long" in ev else {}
+    if "eval-long" in ev:
+        extras["heldout_avg_at_long_budget"] = ev["eval-long"]["metrics"][next(k for k in ev["eval-long"]["metrics"] if k.startswith("avg@"))]
+    ms = run["metrics"]
+    direct = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, lambda r: "\n" not in r["response"].strip()))[1]
+    extras |= {"truncated_last": _tail_mean(_col(ms, "length/truncated_frac")), "length_last": _tail_mean(_col(ms, "length/mean")),
+               "direct_share_first": _tail_mean(direct[:LAST]), "direct_share_last": _tail_mean(direct)}
+    return _tail_mean(share), steps, share, extras
+
+
+def budget_completion(short: dict, long: dict) -> dict:
+    """Of the held-out samples truncated at the training budget, the share right at the larger budget.
+
+    short, long: eval.py report.json of one policy on the same problems, k and seed at two budgets (the
+    streams are per sample, so a sample's first tokens agree: a truncated one is continued, not redrawn).
+    """
+    pairs = [(t, c_long, c) for a, b in zip(short["per_problem"], long["per_problem"])
+             for t, c, c_long in zip(a["truncated"], a["correct"], b["correct"])]
+    trunc = [p for p in pairs if p[0]]
+    return {"truncated_heldout": len(trunc) / len(pairs), "truncated_right_at_long": (sum(p[1] for p in trunc) / len(trunc)
+                                                                                      if trunc else None),
+            "long_minus_short": (sum(p[1] for p in pairs) - sum(p[2] for p in pairs)) / len(pairs)}
+
+
+def _mean(values: list) -> float | None:
+    vals = [v for v in values if v is not None]
+    return statistics.fmean(vals) if vals else None
+
+
+SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the broken arm should be higher)
+    "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
+    "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
+    "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that loop, last 5 steps", +1),
+    "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
+}
+
+
+# --- the regimes -----------------------------------------------------------------------------------------
+
+# Each regime was found by pilot runs (docs/results.md "The four boundaries, seen" lists what was tried).
+# Shared by every tiny pair: no probe set (it changes no update), the held-out pass of train.py kept small
+# (eval.py measures the held-out effect on 128 problems x 16 samples instead).
+TINY_COMMON = dict(probe_every=0, eval_limit=64, eval_k=4)
+
+PAIRS: dict[tuple[str, str], Pair] = {
+    ("contrast", TINY): Pair(
+        "contrast", TINY, TINY_COMMON | dict(steps=20),
+        broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True), metric="zero_adv_share",
+        base_sft_steps=240,
+        why="A base stopped at 240 of the shipped base's 275 warm-up steps (`python -m tasks.tiny_base --steps 240`: "
+            "the same warm-up, 35 steps earlier) is right on about 5% of training samples at top_p 1.0, so about 75% of "
+            "its groups of 8 are all wrong: most groups are uniform, the regime of paper 3.2. The shipped base (40% "
+            "right) has about 40% uniform groups, where the filter matters less. Without dynamic sampling those groups "
+            "are trained on with advantage 0; with it, generation rounds are repeated (up to 4 of 24 prompts) until 16 "
+            "mixed groups are kept. Train.py's defaults otherwise (2 optimizer steps per rollout step, lr 2e-4)."),
+    ("exploration", TINY): Pair(
+        "exploration", TINY, TINY_COMMON | dict(steps=30, mini_batch_size=8),
+        broken=dict(eps_high=0.2), repaired=dict(eps_high=0.28), metric="entropy_last",
+        base_sft_steps=275, base_args=dict(loop_share=0.2),
+        why="The paper's 16 optimizer steps per rollout step (`--mini_batch_size 8` of 16 groups x 8 answers), so "
+            "that the ratio leaves 1 within a rollout step and the upper clip can bind, from the credit pair's base "
+            "(`--loop_share 0.2`): 0.17 nats/token at step 0 against the shipped base's 0.09, right on 30% of its "
+            "training samples, and its entropy fell to 0.07 within 10 steps of the credit pair's own runs. lr 2e-4. "
+            "Symmetric clip 0.2/0.2 against the paper's 0.2/0.28."),
+    ("credit", TINY): Pair(
+        "credit", TINY, TINY_COMMON | dict(steps=30, max_response_len=64, overlong_penalty=False),
+        broken=dict(loss_agg="seq-mean-token-mean"), repaired=dict(loss_agg="token-mean"),
+        metric="repetitive_wrong_last", base_sft_steps=275, base_args=dict(loop_share=0.2),
+        why="A base whose warm-up wrote 20% of its targets with one column line repeated 1-3 more times "
+            "(`python -m tasks.tiny_base --loop_share 0.2`, the shipped recipe otherwise), so answers to the same "
+            "problem differ in length by a loop: the shipped base never writes one. A 64-token budget truncates no "
+            "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
+            "aggregation differs."),
+    ("contrast", SMOL): Pair(
+        "contrast", SMOL, dict(steps=10, max_seconds=0, eval_limit=16), preset="smollm2-arith",
+        broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True), metric="zero_adv_share",
+        eval_k=4, eval_limit=64,
+        why="`--preset smollm2-arith` (one generation round of 12 prompts x 8, one optimizer step per rollout step), "
+            "the switch flipped, and the same budget for both arms: 10 rollout steps with no wall-clock cap "
+            "(`--steps 10 --max_seconds 0`; the preset's 1380 s cap would stop the arms at different steps on a loaded "
+            "machine), and the run's own held-out pass cut to 16 problems (`--eval_limit 16`: eval.py measures 64 x 4 "
+            "after it). 10, not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s "
+            "and 114 s on one core (generation 50 s and 25 s, update 101 s and 88 s; 2026-12-03), so 4 runs of 15 "
+            "steps, two at a time, would not fit the hour of both cores this measurement had. The arms differ in optimizer steps only where the repaired arm keeps no group: it takes no step "
+            "there, where the broken arm's step has advantage 0 on every sample (a zero gradient). Its base is right on 3.5% of "
+            "held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong: with dynamic sampling the "
+            "preset trains on the 0-7 mixed groups of each round (its documented run: 0, 0, 2, 4, 6, 6, 7, 6 kept "
+            "of 12 at steps 0-14), without it on all 12. Both arms generate the same 96 samples a step. The other "
+            "boundaries were measured not to fit a 30-minute run: with one optimizer step per rollout step the "
+            "ratio is exactly 1, so the clip never binds (exploration); of the base's answers truncated at 48 "
+            "tokens 2.3% are right at 128 (budget)."),
+    ("budget", TINY): Pair(
+        "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),
+        broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
+        metric="on_track_truncated_last", base_sft_steps=275, base_args=dict(loop_share=0.2), long_budget=64,
+        why="The credit pair's base (20% of its warm-up targets loop: one column line repeated 1-3 more times, the "
+            "answer still right) under a 40-token budget: every worked answer without a loop fits (16-38 tokens), "
+            "and a loop on a two- or three-digit problem runs past 40, truncated while still right so far: answers "
+            "that a larger budget completes right, in the same groups as right answers that fit. Buffer 2 (zone "
+            "39-40, above every right answer without a loop), the paper-like placement. A base that sometimes "
+            "answers without its working (`--direct_share 0.3`) was tried first: that warm-up reached 3% right "
+            "(the shipped one 39%), since the 1.23M policy cannot add in one go, and its truncated answers were "
+            "right at a larger budget 1.4% of the time: too weak a policy to learn from in 30 steps."),
+}
+
+
+def pair_of(boundary: str, model: str) -> Pair:
+    """The pair of a boundary on a model; ValueError naming the pairs there are."""
+    if (boundary, model) not in PAIRS:
+        have = ", ".join(f"{b} on {m}" for b, m in PAIRS)
+        raise ValueError(f"--boundary {boundary} --model {model}: no pair is defined for it (defined: {have})")
+    return PAIRS[(boundary, model)]
+
+
+# --- running ---------------------------------------------------------------------------------------------
+
+
+def _flag(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _flags(d: dict) -> list[str]:
+    return [x for k, v in d.items() for x in (f"--{k}", _flag(v))]
+
+
+def base_dir(pair: Pair, args) -> Path:
+    """The base policy's directory: the shipped one, or one built with tasks/tiny_base.py (cached by its flags)."""
+    if pair.model != TINY or not pair.base_sft_steps:
+        return Path(pair.model) if pair.model != TINY else REPO / "assets" / "tiny-base"
+    name = f"sft{pair.base_sft_steps}" + "".join(f"-{k}{v}" for k, v in sorted(pair.base_args.items()))
+    out = Path(args.out) / ".bases" / name
+    if not (out / "build.json").exists():
+        cmd = [sys.executable, "-m", "tasks.tiny_base", "--out", str(out), "--steps", str(pair.base_sft_steps),
+               *_flags(pair.base_args)]
+        print(f"[symptoms] build the base: {' '.join(cmd[1:])}", flush=True)
+        _run(cmd, Path(args.out) / ".bases" / f"{name}.log", cwd=args.code_dir)
+    return out
+
+
+def _run(cmd: list[str], log: Path, cwd: Path) -> float:
+    """Run one command (nice'd, one torch thread), stdout+stderr to log; returns its wall seconds. RuntimeError on failure."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "TOKENIZERS_PARALLELISM": "false",
+           "PYTHONPATH": str(cwd)}
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed (exit {proc.returncode}); log {log}:\n{log.read_text()[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def train_argv(pair: Pair, arm: str, seed: int, run_dir: Path, base: Path, args) -> list[str]:
+    """train.py argv of one arm: --preset, the regime, the arm's switch, then --steps/extra flags of the command line."""
+    model = [] if pair.model != TINY or not pair.base_sft_steps else ["--model", str(base)]
+    common = dict(pair.common) | ({"steps": args.steps} if args.steps else {})
+    return (["--preset", pair.preset, *model, *_flags(common), *_flags(getattr(pair, arm)), "--seed", str(seed),
+             "--run_dir", str(run_dir)] + args.extra)
+
+
+def eval_argv(model: str, cfg: dict, pair: Pair, out: Path, budget: int = 0) -> list[str]:
+    """eval.py argv on the run's held-out problems and settings, seed 0, k = pair.eval_k, no greedy pass."""
+    return ["eval.py", "--model", model, "--data", cfg["eval_data"], "--task", cfg["task"], "--task_args", cfg["task_args"],
+            "--max_new_tokens", str(budget or cfg["max_response_len"]), "--instruction", cfg["instruction"],
+            "--verifier", cfg["verifier"], "--k", str(pair.eval_k), "--limit", str(pair.eval_limit), "--seed", "0",
+            "--greedy", "false", "--out", str(out)]
+
+
+def run_one(pair: Pair, arm: str, seed: int, base: Path, args) -> dict:
+    """Train (or reuse) one arm of one seed, run report.py and eval.py on it, and read its symptom."""
+    run_dir = Path(args.out) / pair.boundary / f"{arm}-seed{seed}"
+    argv = train_argv(pair, arm, seed, run_dir, base, args)
+    want = dataclasses.asdict(train.parse_config(argv))  # also validates before any compute is spent
+    meta_path = run_dir / "symptoms_run.json"
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    if (args.force or meta.get("config") != want or not (run_dir / "summary.json").exists()
+            or run_train_hash(meta, Path(args.out)) != args.train_hash):
+        print(f"[symptoms] run   {pair.boundary} {arm} seed {seed}: python train.py {' '.join(argv)}", flush=True)
+        wall = _run([sys.executable, "train.py", *argv], run_dir.parent / f"{arm}-seed{seed}.train.log", args.code_dir)
+        meta = {"argv": argv, "config": want, "wall_s": round(wall, 1), "code_hash": args.code_hash}
+        for sub in ("report", "eval", "eval-long"):  # whatever an earlier run of this directory left
+            for f in sorted((run_dir / sub).glob("*")) if (run_dir / sub).is_dir() else []:
+                f.unlink()
+        meta_path.write_text(json.dumps(meta, indent=1) + "\n")
+        print(f"[symptoms] done  {pair.boundary} {arm} seed {seed} in {wall:.0f} s", flush=True)
+    stamp = run_dir / "report" / "readers_hash.txt"
+    if not stamp.exists() or stamp.read_text() != args.readers_hash or not (run_dir / "report" / "diagnosis.json").exists():
+        _run([sys.executable, "report.py", str(run_dir)], run_dir / "report.log", args.code_dir)
+        stamp.write_text(args.readers_hash)
+    cfg = json.loads((run_dir / "config.json").read_text())["config"]
+    evals = {}
+    for sub, budget in (("eval", 0), ("eval-long", pair.long_budget)):
+        if sub == "eval-long" and not budget:
+            continue
+        if not (run_dir / sub / "report.json").exists():
+            _run([sys.executable, *eval_argv(str(run_dir), cfg, pair, run_dir / sub, budget)], run_dir / f"{sub}.log", args.code_dir)
+        evals[sub] = json.loads((run_dir / sub / "report.json").read_text())
+    return collect(pair, arm, seed, run_dir, meta["wall_s"], evals)
+
+
+def base_eval(pair: Pair, base: Path, cfg: dict, args) -> dict:
+    """eval.py on the base policy with the runs' held-out settings (once per boundary)."""
+    out = Path(args.out) / pair.boundary / "base-eval"
+    model = pair.model if pair.model != TINY else str(base)
+    if not (out / "report.json").exists():
+        _run([sys.executable, *eval_argv(model, cfg, pair, out)], out.parent / "base-eval.log", args.code_dir)
+    return json.loads((out / "report.json").read_text())
+
+
+def collect(pair: Pair, arm: str, seed: int, run_dir: Path, wall: float, evals: dict) -> dict:
+    """One run's record: the symptom, report.py's verdict, held-out, the envelope."""
+    run = report.load_run(run_dir)
+    run["rollouts"] = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines() if line.strip()]
+    run["evals"] = evals
+    fn, what, _ = SYMPTOMS[pair.metric]
+    value, steps, series, extras = fn(run)
+    diag = json.loads((run_dir / "report" / "diagnosis.json").read_text())
+    findings = next(iter(diag.values()))
+    env = report.envelope({**run, "rollouts": run["rollouts"]})
+    k = pair.eval_k
+    return {"boundary": pair.boundary, "model": pair.model, "arm": arm, "seed": seed, "run_dir": str(run_dir),
+            "switches": getattr(pair, arm), "metric": pair.metric, "metric_means": what, "value": value, "extras": extras,
+            "series": {"steps": steps, "values": series},
+            "diagnosis": sorted({f["boundary"] for f in findings}),
+            "diagnosis_findings": [{"boundary": f["boundary"], "severity": f["severity"], "message": f["message"]}
+                                   for f in findings],
+            "names_boundary": DIAGNOSIS[pair.boundary] in {f["boundary"] for f in findings},
+            f"heldout_avg@{k}": evals["eval"]["metrics"][f"avg@{k}"], f"heldout_pass@{k}": evals["eval"]["metrics"][f"pass@{k}"],
+            "heldout_distinct_answers": evals["eval"]["metrics"].get("distinct_answers"),
+            "envelope": env | {"wall_s_command": wall,
+                               "optimizer_steps": int(sum(m.get("policy/optimizer_steps", 0) for m in run["metrics"]))}}
+
+
+# --- report.py's test fixtures ------------------------------------------------------------------------------
+
+# What evaluation/diagnosis.py reads of a run: these metrics of every step (and verifier/* counts), these config fields.
+FIXTURE_METRICS = ("step", "policy/entropy", "policy/clipfrac_high", "policy/clipfrac_low", "groups/all_correct_frac",
+                   "groups/all_wrong_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted", "length/mean",
+                   "length/correct_mean", "length/wrong_mean", "length/truncated_frac", "length/truncated_frac_wrong",
+                   "length/long_wrong_frac")  # the last one derived from rollouts.jsonl, as report.py does
+FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "loss_agg", "overlong_filter",
+                  "overlong_penalty", "max_response_len", "overlong_buffer")
+
+
+def export_fixture(record: dict, shown: bool, out: Path) -> Path:
+    """A real run's history trimmed to what the diagnosis reads, as tests/fixtures/symptoms/<boundary>-<arm>-seed<N>.json:
+    {"boundary", "arm", "seed", "diagnosis_boundary", "symptom_shown", "source", "config": {...}, "metrics": [...]}.
+    shown: whether its pair showed the symptom (the difference's interval excludes 0, in the expected direction)."""
+    run_dir = Path(record["run_dir"])
+    cfg = json.loads((run_dir / "config.json").read_text())["config"]
+    run = report.load_run(run_dir)
+    rows = diagnosis.with_rollout_metrics(run["metrics"], run["rollouts"])
+    keep = lambda k: k in FIXTURE_METRICS or k.startswith("verifier/")  # noqa: E731
+    rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in m.items() if keep(k)} for m in rows]
+    doc = {"boundary": record["boundary"], "arm": record["arm"], "seed": record["seed"], "model": record["model"],
+           "diagnosis_boundary": DIAGNOSIS[record["boundary"]], "symptom_shown": shown,
+           "source": f"python bench/symptoms.py --boundary {record['boundary']} (run {run_dir.parent.name}/{run_dir.name})",
+           "config": {k: cfg[k] for k in FIXTURE_CONFIG}, "metrics": rows}
+    path = out / f"{record['boundary']}-{'' if record['model'] == TINY else 'smollm2-'}{record['arm']}-seed{record['seed']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
+    return path
+
+
+# --- statistics and the table ------------------------------------------------------------------------------
+
+
+def summarize(pair: Pair, records: list[dict], base_report: dict) -> dict:
+    """Per pair: each arm's values, the per-seed difference broken - repaired with its t-interval, report.py's
+    verdicts, and held-out avg@k before/after and between the arms (paired bootstrap over problems)."""
+    k = pair.eval_k
+    by = {(r["arm"], r["seed"]): r for r in records}
+    seeds = sorted({r["seed"] for r in records if ("broken", r["seed"]) in by and ("repaired", r["seed"]) in by})
+    diffs = [by[("broken", s)]["value"] - by[("repaired", s)]["value"] for s in seeds
+             if by[("broken", s)]["value"] is not None and by[("repaired", s)]["value"] is not None]
+    mean, lo, hi = ladder.t_interval(diffs) if diffs else (None, None, None)
+    direction = SYMPTOMS[pair.metric][2]
+    out = {"boundary": pair.boundary, "model": pair.model, "metric": pair.metric, "metric_means": SYMPTOMS[pair.metric][1],
+           "direction": "broken higher" if direction > 0 else "broken lower", "seeds": seeds,
+           "broken": [by[("broken", s)]["value"] for s in seeds], "repaired": [by[("repaired", s)]["value"] for s in seeds],
+           "diff_per_seed": diffs, "diff_mean": mean, "diff_ci95": [lo, hi],
+           "excludes_zero": lo is not None and (lo > 0 or hi < 0),
+           "in_expected_direction": mean is not None and mean * direction > 0,
+           "broken_named": [by[("broken", s)]["names_boundary"] for s in seeds],
+           "repaired_named": [by[("repaired", s)]["names_boundary"] for s in seeds], "heldout": {}}
+    for s in seeds:
+        for arm in ARMS:
+            rep = json.loads((Path(by[(arm, s)]["run_dir"]) / "eval" / "report.json").read_text())
+            out["heldout"][f"{arm}-seed{s}"] = _paired(cmp.compare(rep, base_report, n_boot=2000, level=0.95, seed=0), k)
+        for arm in ARMS:  # what the held-out gain cost: per optimizer step and per 1000 generated samples
+            gain, env = out["heldout"][f"{arm}-seed{s}"][f"avg@{k}"]["diff"], by[(arm, s)]["envelope"]
+            out["heldout"][f"{arm}-seed{s}"]["gain"] = {"per_optimizer_step": gain / max(env.get("optimizer_steps", 0), 1),
+                                                        "per_1000_samples": 1000 * gain / max(env["samples_generated"], 1)}
+        a = json.loads((Path(by[("broken", s)]["run_dir"]) / "eval" / "report.json").read_text())
+        b = json.loads((Path(by[("repaired", s)]["run_dir"]) / "eval" / "report.json").read_text())
+        out["heldout"][f"broken-minus-repaired-seed{s}"] = _paired(cmp.compare(a, b, n_boot=2000, level=0.95, seed=0), k)
+    return out
+
+
+def _paired(res: dict, k: int) -> dict:
+    keep = (f"avg@{k}", f"pass@{k}", "distinct_answers", "tokens_per_problem")
+    return {m: {x: round(v, 4) if isinstance(v, float) else v for x, v in res["metrics"][m].items()} for m in keep
+            if m in res["metrics"]}
+
+
+def _f(x, nd: int = 3) -> str:
+    return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def render(summaries: list[dict], records: list[dict]) -> str:
+    """symptoms.md: how each pair was made, one table row per run, then one per pair (difference, interval, verdicts)."""
+    L = ["# DAPO's four boundaries, seen", "", f"Machine: {os.cpu_count()} CPU(s) visible (shared: wall times depend on "
+         "the load, printed per pair).", "", "| boundary | command | date | git commit | source hash (training code, "
+         "readers) | rollout steps | load average at the end |", "|---|---|---|---|---|---|---|"]
+    L += [f"| {s['boundary']} | `{s.get('command', '-')}` | {s.get('date', '-')} | {s.get('git_commit', '-')} | "
+          f"{s.get('code_hash', '-')} ({s.get('train_hash', '-')}, {s.get('readers_hash', '-')}) | {s.get('steps', '-')} | "
+          f"{' '.join(map(str, s.get('load_avg_end', [])))} |" for s in summaries]
+    L += ["", "## Every run", "",
+         "| boundary | arm | seed | switch | symptom metric | value | report.py names | held-out avg@k before -> after "
+         "(paired 95% CI) | gain per optimizer step / per 1000 samples | wall s | optimizer steps | samples generated | "
+         "active samples | trained tokens | generated tokens | peak GiB |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(records, key=lambda r: (BOUNDARIES.index(r["boundary"]), r["seed"], r["arm"])):
+        s = next(x for x in summaries if x["boundary"] == r["boundary"])
+        h = s["heldout"].get(f"{r['arm']}-seed{r['seed']}", {})
+        avg = next((v for m, v in h.items() if m.startswith("avg@")), None)
+        held = "-" if not avg else f"{avg['b']:.3f} -> {avg['a']:.3f} ({avg['diff']:+.3f} [{avg['lo']:+.3f}, {avg['hi']:+.3f}])"
+        g = h.get("gain", {})
+        e = r["envelope"]
+        L.append(f"| {r['boundary']} | {r['arm']} | {r['seed']} | {_switch(r['switches'])} | {r['metric']} | {_f(r['value'])} | "
+                 f"{', '.join(r['diagnosis']) or 'healthy'} | {held} | {_f(g.get('per_optimizer_step'), 4)} / "
+                 f"{_f(g.get('per_1000_samples'), 4)} | {_f(e['wall_s_command'], 0)} | {e.get('optimizer_steps', '-')} | "
+                 f"{e['samples_generated']} | "
+                 f"{e['active_samples']} | {e['trained_tokens']} | {e['generated_tokens']} | {_f(e['peak_memory_gb'], 2)} |")
+    L += ["", "## Per pair", "", "| boundary | metric | broken (per seed) | repaired (per seed) | broken - repaired, mean "
+          "[95% t-interval over seeds] | excludes 0 | report.py names it: broken / repaired | avg@k broken - repaired "
+          "per seed (paired 95% CI) |", "|---|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        lo, hi = s["diff_ci95"]
+        arms = "; ".join(_fmt_pair(v) for key, h in s["heldout"].items() if key.startswith("broken-minus")
+                         for m, v in h.items() if m.startswith("avg@"))
+        L.append(f"| {s['boundary']} | {s['metric']}: {s['metric_means']} ({s['direction']} expected) | "
+                 f"{', '.join(_f(v) for v in s['broken'])} | {', '.join(_f(v) for v in s['repaired'])} | "
+                 f"{_f(s['diff_mean'])} [{_f(lo)}, {_f(hi)}] | {'yes' if s['excludes_zero'] else 'no'} | "
+                 f"{sum(s['broken_named'])}/{len(s['seeds'])} / {sum(s['repaired_named'])}/{len(s['seeds'])} | {arms} |")
+    L += ["", "Interval over seeds: Student-t, mean +- t(0.975, n-1) s / sqrt(n) of the per-seed differences (n/a with one "
+          "seed). Held-out: eval.py on the same problems and sampling seed, evaluation/compare.py's paired bootstrap over "
+          "problems (2000 resamples). Envelope: report.py's (sums over steps of envelope/*; generated tokens from "
+          "rollouts.jsonl; peak resident memory); wall s: the train.py command, measured around it."]
+    for s in summaries:
+        pair = pair_of(s["boundary"], s["model"])
+        L += ["", f"### {s['boundary']} ({s['model']})", "", pair.why, "",
+              f"Both arms: `--preset {pair.preset} {' '.join(_flags(pair.common))}`" + (
+                  f" (run here with `--steps {s['steps']}`)" if s.get("steps") not in (None, pair.common.get("steps")) else "")
+              + (f", base built by `python -m tasks.tiny_base --steps {pair.base_sft_steps} {' '.join(_flags(pair.base_args))}`"
+                 if pair.base_sft_steps else "") + f"; broken `{' '.join(_flags(pair.broken))}`, repaired "
+              f"`{' '.join(_flags(pair.repaired))}`.", "", "![symptom](" + f"{s['boundary']}/symptom.png)"]
+    return "\n".join(L) + "\n"
+
+
+def _switch(d: dict) -> str:
+    return " ".join(_flags(d))
+
+
+def _fmt_pair(v: dict) -> str:
+    return f"{v['diff']:+.3f} [{v['lo']:+.3f}, {v['hi']:+.3f}]"
+
+
+def plot(boundaries: list[str], records: list[dict], path: Path, title: str = "") -> None:
+    """The symptom metric per rollout step, every run a thin line, each arm's mean over seeds a thick one; one panel per boundary."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(boundaries), figsize=(4.6 * len(boundaries), 3.4), squeeze=False)
+    for ax, b in zip(axes[0], boundaries):
+        rs = [r for r in records if r["boundary"] == b]
+        for arm, colour in zip(ARMS, ("C3", "C0")):
+            lines = [r["series"] for r in rs if r["arm"] == arm]
+            for ln in lines:
+                ax.plot(ln["steps"], [v if v is not None else float("nan") for v in ln["values"]], color=colour, alpha=0.3, lw=0.8)
+            if lines:
+                steps = sorted(set.intersection(*(set(ln["steps"]) for ln in lines)))
+                mean = [_mean([dict(zip(ln["steps"], ln["values"])).get(s) for ln in lines]) for s in steps]
+                ax.plot(steps, [m if m is not None else float("nan") for m in mean], color=colour, lw=2,
+                        label=f"{arm} ({_switch(rs[0]['switches'] if arm == rs[0]['arm'] else next(r['switches'] for r in rs if r['arm'] == arm))})")
+        ax.set_title(f"{b}: {rs[0]['metric']}" if rs else b, fontsize=9)
+        ax.set_xlabel("rollout step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+# --- command line ----------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    own, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--boundary", nargs="+", required=True, choices=BOUNDARIES, help="the pair(s) to run")
+    ap.add_argument("--seeds", type=int, default=3, help="seeds per arm (0..N-1)")
+    ap.add_argument("--out", default=str(REPO / "runs" / "symptoms"), help="output directory")
+    ap.add_argument("--model", default=TINY, choices=(TINY, SMOL), help="the policy: the tiny task's, or SmolLM2 (its preset)")
+    ap.add_argument("--steps", type=int, default=0, help="rollout steps per run (0: the pair's)")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at once (the two arms of a seed side by side)")
+    ap.add_argument("--force", action="store_true", help="rerun finished runs")
+    ap.add_argument("--fixtures", default="", help="also write each run's trimmed history here (report.py's tests: "
+                    "tests/fixtures/symptoms)")
+    args = ap.parse_args(own)
+    if args.seeds < 1 or args.jobs < 1 or args.steps < 0:
+        ap.error("--seeds and --jobs must be >= 1, --steps >= 0")
+    args.extra, args.out = extra, str(Path(args.out).resolve())
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    pairs = [pair_of(b, args.model) for b in args.boundary]
+    out = Path(args.out)
+    args.code_dir, args.code_hash = ladder.snapshot_code(out)
+    args.train_hash, args.readers_hash = code_hashes()
+    args.git_commit = policy.repo_commit()
+    command = "python bench/symptoms.py " + " ".join(argv)
+    done_pairs = {}
+    have = json.loads((out / "symptoms.json").read_text())["pairs"] if (out / "symptoms.json").exists() else {}
+    for pair in pairs:  # DIR/<boundary>/<arm>-seed<N>/ of another model would be overwritten
+        if have.get(pair.boundary, {}).get("model", pair.model) != pair.model:
+            print(f"error: --out {args.out} holds the {pair.boundary} pair on {have[pair.boundary]['model']}; give --model "
+                  f"{pair.model} another --out (e.g. runs/symptoms-smol)", file=sys.stderr)
+            raise SystemExit(2)
+    for pair in pairs:
+        base = base_dir(pair, args)
+        jobs = [(arm, s) for s in range(args.seeds) for arm in ARMS]
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            records = list(pool.map(lambda j: run_one(pair, j[0], j[1], base, args), jobs))
+        cfg = json.loads((Path(records[0]["run_dir"]) / "config.json").read_text())["config"]
+        summary = summarize(pair, records, base_eval(pair, base, cfg, args))
+        summary |= {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                    "git_commit": args.git_commit, "code_hash": args.code_hash, "train_hash": args.train_hash,
+                    "readers_hash": args.readers_hash, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
+                    "steps": records[0]["envelope"]["rollout_steps"]}
+        if args.fixtures:
+            for r in records:
+                export_fixture(r, summary["excludes_zero"] and summary["in_expected_direction"], Path(args.fixtures))
+        plot([pair.boundary], records, out / pair.boundary / "symptom.png")
+        done_pairs[pair.boundary] = (summary, records)
+    return write_outputs(out, done_pairs)
+
+
+def write_outputs(out: Path, done_pairs: dict) -> dict:
+    """Merge this invocation's pairs into DIR/symptoms.json (another invocation may be writing other boundaries:
+    the file is read and written under a lock), then rewrite symptoms.md and symptoms.png from all of it. A
+    boundary run again replaces its runs and its summary whole."""
+    import fcntl
+
+    with open(out / ".symptoms.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        path = out / "symptoms.json"
+        state = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pairs": {}}
+        for b, (summary, records) in done_pairs.items():
+            state["runs"] = {k: v for k, v in state["runs"].items() if v["boundary"] != b}
+            state["runs"] |= {f"{b}/{r['arm']}-seed{r['seed']}": r for r in records}
+            state["pairs"][b] = summary
+        path.write_text(json.dumps(state, indent=1) + "\n")
+        runs = list(state["runs"].values())
+        done = [b for b in BOUNDARIES if b in state["pairs"]]
+        plot(done, runs, out / "symptoms.png")
+        (out / "symptoms.md").write_text(render([state["pairs"][b] for b in done], runs))
+    print((out / "symptoms.md").read_text())
+    return state
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""bench/symptoms.py: DAPO's four boundaries seen breaking and repaired, its pieces at tiny sizes.
+
+Kinds: the pairs' premise (each pair's two arms differ in exactly the switches of its boundary, and
+both arms are configs train.py accepts); the symptom detectors on hand-made rollouts (a repeated
+line, a truncated answer still on the reference's track, the budget completion share from two
+eval reports, the zero-advantage share); the statistics and the table on hand-made run records
+(the per-seed difference and its Student-t interval, the paired held-out comparison, symptoms.md,
+the plot). The runs themselves are what `python bench/symptoms.py` does (docs/results.md "The four
+boundaries, seen"); report.py's checks on their histories are tested in tests/test_report.py.
+
+Run: OMP_NUM_THREADS=1 python -m pytest -q tests/test_symptoms.py
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+import ladder  # noqa: E402
+import symptoms as sy  # noqa: E402
+import train  # noqa: E402
+
+SWITCHES = {"exploration": {"eps_high"}, "contrast": {"dynamic_sampling"}, "credit": {"loss_agg"},
+            "budget": {"overlong_filter", "overlong_penalty"}}
+
+
+@pytest.mark.parametrize("key", sorted(sy.PAIRS), ids=lambda k: f"{k[0]}-{k[1]}")
+def test_each_pair_flips_only_its_boundary_switch(key, tmp_path):
+    pair = sy.PAIRS[key]
+    args = sy.parse(["--boundary", pair.boundary, "--out", str(tmp_path)])
+    cfgs = {arm: dataclasses.asdict(train.parse_config(sy.train_argv(pair, arm, 0, tmp_path / arm, tmp_path / "base", args)))
+            for arm in sy.ARMS}
+    changed = {k for k in cfgs["broken"] if cfgs["broken"][k] != cfgs["repaired"][k]} - {"run_dir"}
+    assert changed == SWITCHES[pair.boundary], changed
+    b, r = cfgs["broken"], cfgs["repaired"]
+    if pair.boundary == "exploration":  # symmetric clip against Clip-Higher
+        assert b["eps_high"] == b["eps_low"] and r["eps_high"] > r["eps_low"]
+    elif pair.boundary == "contrast":
+        assert not b["dynamic_sampling"] and r["dynamic_sampling"]
+    elif pair.boundary == "credit":
+        assert b["loss_agg"] == "seq-mean-token-mean" and r["loss_agg"] == "token-mean"
+    else:  # truncation scored as wrong against the overlong filter and the soft punishment
+        assert not (b["overlong_filter"] or b["overlong_penalty"]) and r["overlong_filter"] and r["overlong_penalty"]
+    assert pair.metric in sy.SYMPTOMS and pair.why
+
+
+def test_an_undefined_pair_is_one_line_naming_the_defined_ones():
+    with pytest.raises(ValueError, match=r"no pair is defined for it \(defined: .*contrast on tiny"):
+        sy.pair_of("contrast", "no-such-model")
+
+
+def test_repeated_line_and_on_track():
+    assert sy.repeated_line("4+8=12\n4+8=12\nAnswer: 12") and not sy.repeated_line("4+8=12\n1+0+1=2\nAnswer: 212")
+    assert not sy.repeated_line("Answer: 5\n\n")  # blank lines are not a loop
+    assert sy.reference_solution("<|user|>What is 347+85?\n<|assistant|>") == "7+5=12\n4+8+1=13\n3+0+1=4\nAnswer: 432"
+    assert sy.reference_solution("Compute 3 * 4.") is None
+    row = {"prompt": "What is 347+85?", "truncated": True}
+    assert sy.on_track({**row, "response": "7+5=12\n4+8+1=13\n3+0"})  # cut, but right so far
+    assert not sy.on_track({**row, "response": "7+5=12\n4+8+1=14\n3+0"})  # cut and already wrong
+    assert not sy.on_track({**row, "truncated": False, "response": "7+5=12"})  # not truncated
+    assert sy.on_track({**row, "response": "7+5=12\n7+5=12\n4+8+1=13\n3+0"})  # a loop, right so far otherwise
+    assert sy.collapse_repeats("a\na\nb\na") == "a\nb\na"
+
+
+def _eval_report(correct, truncated):
+    return {"per_problem": [{"correct": c, "truncated": t} for c, t in zip(correct, truncated)]}
+
+
+def test_budget_completion_counts_truncated_samples_right_at_the_larger_budget():
+    short = _eval_report([[False, False, True], [False, False, False]], [[True, True, False], [True, False, False]])
+    long = _eval_report([[True, False, True], [True, False, False]], [[False, True, False], [False, False, False]])
+    got = sy.budget_completion(short, long)
+    assert got["truncated_heldout"] == pytest.approx(3 / 6)
+    assert got["truncated_right_at_long"] == pytest.approx(2 / 3)  # two of the three truncated ones finish right
+    assert got["long_minus_short"] == pytest.approx((3 - 1) / 6)
+
+
+def _run(rollouts, metrics=None):
+    return {"metrics": metrics or [{"step": s, "policy/optimizer_steps": 2} for s in sorted({r["step"] for r in rollouts})],
+            "rollouts": rollouts, "evals": {}}
+
+
+def test_zero_advantage_share_of_the_trained_responses():
+    rows = ([{"step": 0, "kept": True, "advantage": a} for a in (0.0, 0.0, 1.2, -1.2)]
+            + [{"step": 0, "kept": False, "advantage": None}] * 4  # generated, not trained: not counted
+            + [{"step": 1, "kept": True, "advantage": a} for a in (0.0, 0.5, -0.5, 0.0)])
+    value, steps, series, extras = sy.sym_zero_adv(_run(rows))
+    assert steps == [0, 1] and series == [0.5, 0.5] and value == 0.5
+    assert extras["effective_per_optimizer_step"] == pytest.approx(4 / 4)  # 4 non-zero responses, 2 x 2 optimizer steps
+
+
+def test_repetitive_share_of_the_wrong_answers():
+    q = "What is 1+1?"
+    rows = [{"step": 0, "prompt": q, "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 9"},  # a loop
+            {"step": 0, "prompt": q, "correct": False, "response": "1+1=2\nAnswer: 3"},
+            {"step": 0, "prompt": q, "correct": True, "response": "1+1=2\n1+1=2\nAnswer: 2"},  # right: not in the share
+            {"step": 0, "prompt": "What is 11+11?", "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 23"}]  # 2 columns
+    value, steps, series, extras = sy.sym_long_wrong(_run(rows, [{"step": 0}]))
+    assert series == [1 / 3] and value == pytest.approx(1 / 3) and extras["repetitive_share_correct_last"] == 1.0
+    assert sy.repetitive({"prompt": "Compute 2*3.", "response": "I think.\nI think.\nAnswer: 6"})  # another task: a line twice
+
+
+def _record(boundary, arm, seed, value, run_dir):
+    return {"boundary": boundary, "model": sy.TINY, "arm": arm, "seed": seed, "run_dir": str(run_dir), "value": value,
+            "names_boundary": arm == "broken", "switches": {"dynamic_sampling": arm == "repaired"}, "metric": "zero_adv_share",
+            "diagnosis": ["contrast"] if arm == "broken" else [], "series": {"steps": [0, 1], "values": [value, value]},
+            "envelope": {"wall_s_command": 1.0, "samples_generated": 10, "active_samples": 8, "trained_tokens": 80,
+                         "generated_tokens": 100, "peak_memory_gb": 0.5}}
+
+
+def _full_report(correct):
+    """An eval.py report.json with what compare reads: ids, k verdicts, the vote."""
+    k = len(correct[0])
+    return {"settings": {"k": k}, "per_problem": [{"id": f"p{i}", "correct": c, "maj_correct": sum(c) * 2 > k}
+                                                  for i, c in enumerate(correct)]}
+
+
+def test_summary_table_and_plot_on_hand_made_runs(tmp_path):
+    pair = sy.PAIRS[("contrast", sy.TINY)]
+    pair = dataclasses.replace(pair, eval_k=2)
+    values = {("broken", 0): 0.8, ("repaired", 0): 0.0, ("broken", 1): 0.7, ("repaired", 1): 0.1, ("broken", 2): 0.9,
+              ("repaired", 2): 0.0}
+    records = []
+    for (arm, seed), v in values.items():
+        d = tmp_path / "contrast" / f"{arm}-seed{seed}"
+        (d / "eval").mkdir(parents=True)
+        good = arm == "repaired"
+        (d / "eval" / "report.json").write_text(json.dumps(_full_report([[good, True], [good, False], [False, False]])))
+        records.append(_record("contrast", arm, seed, v, d))
+    base = _full_report([[False, False]] * 3)
+    s = sy.summarize(pair, records, base)
+    assert s["diff_per_seed"] == pytest.approx([0.8, 0.6, 0.9])
+    mean, lo, hi = ladder.t_interval([0.8, 0.6, 0.9])
+    assert s["diff_mean"] == pytest.approx(mean) and s["diff_ci95"] == pytest.approx([lo, hi])
+    assert s["excludes_zero"] and s["in_expected_direction"] and s["broken_named"] == [True] * 3
+    assert s["repaired_named"] == [False] * 3
+    paired = s["heldout"]["broken-minus-repaired-seed0"]["avg@2"]  # broken 1/6 right, repaired 3/6 (paired over problems)
+    assert paired["diff"] == pytest.approx(1 / 6 - 3 / 6, abs=1e-4) and paired["lo"] <= paired["diff"] <= paired["hi"]
+    s |= {"command": "python bench/symptoms.py --boundary contrast", "git_commit": "abc", "steps": 2}
+    md = sy.render([s], records)
+    assert "| contrast | `python bench/symptoms.py --boundary contrast` |" in md and "(run here with `--steps 2`)" in md
+    assert md.count("| contrast | broken |") == 3 and md.count("| contrast | repaired |") == 3  # every seed's row
+    assert "| 3/3 / 0/3 |" in md and pair.why in md and "0.767 [" in md
+    sy.plot(["contrast"], records, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    # a second invocation for another boundary merges into symptoms.json; running a boundary again replaces its runs
+    sy.write_outputs(tmp_path, {"contrast": (s, records)})
+    other = {**s, "boundary": "credit"}
+    sy.write_outputs(tmp_path, {"credit": (other, [{**r, "boundary": "credit"} for r in records[:2]])})
+    sy.write_outputs(tmp_path, {"contrast": (s, records[:2])})
+    state = json.loads((tmp_path / "symptoms.json").read_text())
+    assert set(state["pairs"]) == {"contrast", "credit"} and len(state["runs"]) == 4
+
+
+def test_training_code_hash_ignores_docstrings_and_readers(tmp_path):
+    for name, text in (("train.py", '"""Doc."""\nx = 1\n'), ("report.py", "y = 2\n")):
+        (tmp_path / name).write_text(text)
+    t0, r0 = sy.code_hashes(tmp_path)
+    (tmp_path / "train.py").write_text('"""Another doc."""\nx = 1  # a comment\n')
+    (tmp_path / "report.py").write_text("y = 3\n")
+    t1, r1 = sy.code_hashes(tmp_path)
+    assert t1 == t0 and r1 != r0  # a reader changed: report.py reruns, the training runs are kept
+    (tmp_path / "train.py").write_text("x = 2\n")
+    assert sy.code_hashes(tmp_path)[0] != t0
+
+
+def test_exported_fixture_holds_what_the_diagnosis_reads(tmp_path):
+    run = tmp_path / "credit" / "broken-seed0"
+    run.mkdir(parents=True)
+    cfg = dataclasses.asdict(train.Config(loss_agg="seq-mean-token-mean"))
+    (run / "config.json").write_text(json.dumps({"config": cfg}))
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "policy/entropy": 0.1, "time/step": 1.0, "verifier/ok": 3})
+                                               + "\n" for s in range(2)))
+    rows = [{"step": s, "group_id": f"{s}-0", "correct": c, "response_tokens": n} for s in range(2) for c, n in ((True, 20), (False, 30))]
+    (run / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rec = {"boundary": "credit", "arm": "broken", "seed": 0, "model": sy.TINY, "run_dir": str(run)}
+    doc = json.loads(sy.export_fixture(rec, True, tmp_path / "fx").read_text())
+    assert doc["diagnosis_boundary"] == "credit" and doc["symptom_shown"] and doc["config"]["loss_agg"] == "seq-mean-token-mean"
+    assert doc["metrics"] == [{"step": s, "policy/entropy": 0.1, "verifier/ok": 3, "length/long_wrong_frac": 1.0} for s in range(2)]
