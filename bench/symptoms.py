@@ -659,17 +659,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     pairs = [pair_of(b, args.model) for b in args.boundary]
     out = Path(args.out)
-    args.code_dir, args.code_hash = ladder.snapshot_code(out)
-    args.train_hash, args.readers_hash = code_hashes()
-    args.git_commit = policy.repo_commit()
-    command = "python bench/symptoms.py " + " ".join(argv)
-    done_pairs = {}
     have = json.loads((out / "symptoms.json").read_text())["pairs"] if (out / "symptoms.json").exists() else {}
     for pair in pairs:  # DIR/<boundary>/<arm>-seed<N>/ of another model would be overwritten
         if have.get(pair.boundary, {}).get("model", pair.model) != pair.model:
             print(f"error: --out {args.out} holds the {pair.boundary} pair on {have[pair.boundary]['model']}; give --model "
                   f"{pair.model} another --out (e.g. runs/symptoms-smol)", file=sys.stderr)
             raise SystemExit(2)
+    args.code_dir, args.code_hash = ladder.snapshot_code(out)
+    args.train_hash, args.readers_hash = code_hashes()
+    args.git_commit = policy.repo_commit()
+    command = "python bench/symptoms.py " + " ".join(argv)
+    done_pairs = {}
     for pair in pairs:
         base = base_dir(pair, args)
         jobs = [(arm, s) for s in range(args.seeds) for arm in ARMS]
