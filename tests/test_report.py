@@ -191,8 +191,8 @@ def test_verifier_exceptions_are_reward():
 
 # --- diagnose() on the histories of real runs (bench/symptoms.py) -------------------------------------------
 #
-# Each fixture is one run of a broken/repaired pair of bench/symptoms.py (docs/results.md "The four boundaries,
-# seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture). Where the pair showed its symptom
+# Each fixture is one run of a broken/repaired pair of bench/symptoms.py
+# (docs/results.md "The four boundaries, seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture). Where the pair showed its symptom
 # (the arms' difference excluded 0 over the seeds), the pair's boundary must be named on the broken run of each seed
 # and not on its repaired run. Where it did not (symptom_shown false: the two arms behaved alike), the two runs of a
 # seed must be read alike: the boundary named on both or on neither.
