@@ -318,7 +318,9 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "after it). 10, not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s "
             "and 114 s on one core (generation 50 s and 25 s, update 101 s and 88 s; 2026-12-03), so 4 runs of 15 "
             "steps, two at a time, would not fit the hour of both cores this measurement had. The arms differ in optimizer steps only where the repaired arm keeps no group: it takes no step "
-            "there, where the broken arm's step has advantage 0 on every sample (a zero gradient). Its base is right on 3.5% of "
+            "there (7 and 8 of 10 steps taken on 2026-12-03), the broken arm takes one on its all-wrong groups, whose "
+            "only reward differences are the preset's soft overlong punishment (so 17-23% of their responses still "
+            "have an advantage: length alone). Its base is right on 3.5% of "
             "held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong: with dynamic sampling the "
             "preset trains on the 0-7 mixed groups of each round (its documented run: 0, 0, 2, 4, 6, 6, 7, 6 kept "
             "of 12 at steps 0-14), without it on all 12. Both arms generate the same 96 samples a step. The other "
@@ -659,17 +661,17 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse(argv)
     pairs = [pair_of(b, args.model) for b in args.boundary]
     out = Path(args.out)
-    args.code_dir, args.code_hash = ladder.snapshot_code(out)
-    args.train_hash, args.readers_hash = code_hashes()
-    args.git_commit = policy.repo_commit()
-    command = "python bench/symptoms.py " + " ".join(argv)
-    done_pairs = {}
     have = json.loads((out / "symptoms.json").read_text())["pairs"] if (out / "symptoms.json").exists() else {}
     for pair in pairs:  # DIR/<boundary>/<arm>-seed<N>/ of another model would be overwritten
         if have.get(pair.boundary, {}).get("model", pair.model) != pair.model:
             print(f"error: --out {args.out} holds the {pair.boundary} pair on {have[pair.boundary]['model']}; give --model "
                   f"{pair.model} another --out (e.g. runs/symptoms-smol)", file=sys.stderr)
             raise SystemExit(2)
+    args.code_dir, args.code_hash = ladder.snapshot_code(out)
+    args.train_hash, args.readers_hash = code_hashes()
+    args.git_commit = policy.repo_commit()
+    command = "python bench/symptoms.py " + " ".join(argv)
+    done_pairs = {}
     for pair in pairs:
         base = base_dir(pair, args)
         jobs = [(arm, s) for s in range(args.seeds) for arm in ARMS]

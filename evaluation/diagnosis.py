@@ -51,8 +51,8 @@ SOLVED_RISE_MIN = 0.0
 # contrast (paper 3.2, Fig. 3b: the share of all-correct groups rises during training)
 # Dynamic sampling off (or unknown): every generated group is trained on, so the uniform share is the share of the
 # batch with advantage 0. Above one half, most of the batch carries no gradient (paper 3.2: the effective number of
-# informative prompts shrinks). It was 0.8 until the pairs of bench/symptoms.py were measured (docs/results.md "The
-# four boundaries, seen"): in the pilot of its contrast pair the broken run's share was 0.62-1.0 per step and 0.84
+# informative prompts shrinks). It was 0.8 until the pairs of bench/symptoms.py were measured
+# (docs/results.md "The four boundaries, seen"): in the pilot of its contrast pair the broken run's share was 0.62-1.0 per step and 0.84
 # over its last 5 steps, so 0.8 sat inside the seed-to-seed spread, while a half-uniform batch already trains on half.
 # With dynamic sampling on, uniform groups never reach the update: their cost is what KEPT_FRAC_MIN reads.
 UNIFORM_GROUPS_MAX = 0.5

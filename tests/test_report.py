@@ -192,11 +192,14 @@ def test_verifier_exceptions_are_reward():
 
 # --- diagnose() on the histories of real runs (bench/symptoms.py) -------------------------------------------
 #
-# Each fixture is one run of a broken/repaired pair of bench/symptoms.py (docs/results.md "The four boundaries,
-# seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture). Where the pair showed its symptom
+# Each fixture is one run of a broken/repaired pair of bench/symptoms.py
+# (docs/results.md "The four boundaries, seen"), trimmed to what the diagnosis reads (bench/symptoms.py export_fixture). Where the pair showed its symptom
 # (the arms' difference excluded 0 over the seeds), the pair's boundary must be named on the broken run of each seed
 # and not on its repaired run. Where it did not (symptom_shown false: the two arms behaved alike), the two runs of a
-# seed must be read alike: the boundary named on both or on neither.
+# seed must be read alike: the boundary named on both or on neither. One exception, said in docs/results.md: with a
+# single generation round (--preset smollm2-arith, --max_gen_rounds 1) dynamic sampling drops the uniform groups but
+# cannot replace them, so the repaired run's batch is short on most steps, and report.py says that (groups/exhausted)
+# under the same boundary; it must never name it there for the broken arm's reason.
 
 SYMPTOM_FIXTURES = sorted((Path(__file__).parent / "fixtures" / "symptoms").glob("*.json"))
 
@@ -219,9 +222,15 @@ def test_every_boundary_has_real_run_fixtures():
 @pytest.mark.parametrize("key", sorted(_fixture_pairs()), ids=lambda k: f"{k[0]}-{k[1]}-seed{k[2]}")
 def test_real_run_histories_name_their_boundary_only_when_broken(key):
     arms = _fixture_pairs()[key]
-    named = {arm: doc["diagnosis_boundary"] in boundaries(rp.diagnose(doc["metrics"], doc["config"])) for arm, doc in arms.items()}
+    found = {arm: [f for f in rp.diagnose(doc["metrics"], doc["config"]) if f.boundary == doc["diagnosis_boundary"]]
+             for arm, doc in arms.items()}
+    named = {arm: bool(fs) for arm, fs in found.items()}
     if arms["broken"]["symptom_shown"]:
-        assert named == {"broken": True, "repaired": False}, (arms["broken"]["source"], named)
+        assert named["broken"], arms["broken"]["source"]
+        if arms["repaired"]["config"].get("max_gen_rounds") == 1:  # the short batch of one round (comment above)
+            assert all("batch was short" in f.message and "zero advantage" not in f.message for f in found["repaired"])
+        else:
+            assert not named["repaired"], (arms["repaired"]["source"], [f.message for f in found["repaired"]])
     else:
         assert named["broken"] == named["repaired"], (arms["broken"]["source"], named)
 

@@ -183,3 +183,13 @@ def test_exported_fixture_holds_what_the_diagnosis_reads(tmp_path):
     doc = json.loads(sy.export_fixture(rec, True, tmp_path / "fx").read_text())
     assert doc["diagnosis_boundary"] == "credit" and doc["symptom_shown"] and doc["config"]["loss_agg"] == "seq-mean-token-mean"
     assert doc["metrics"] == [{"step": s, "policy/entropy": 0.1, "verifier/ok": 3, "length/long_wrong_frac": 1.0} for s in range(2)]
+
+
+def test_out_holding_the_pair_on_another_model_is_refused(tmp_path, capsys):
+    # DIR/<boundary>/<arm>-seed<N>/ is per boundary: the SmolLM2 pair would overwrite the tiny runs of the same boundary.
+    (tmp_path / "symptoms.json").write_text(json.dumps({"runs": {}, "pairs": {"contrast": {"model": sy.TINY}}}))
+    with pytest.raises(SystemExit) as e:
+        sy.main(["--boundary", "contrast", "--model", sy.SMOL, "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: --out") and "another --out" in err[0]
+    assert not (tmp_path / ".code").exists()  # refused before anything was copied or run
