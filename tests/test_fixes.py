@@ -159,9 +159,10 @@ def test_every_arms_preconditions_are_checked_before_the_model_loads_or_any_arm_
     one-shot arms generate (they come first), before the model loads, and before --out is written to."""
     calls = []
     monkeypatch.setattr(policy_mod, "load_model", lambda *a, **k: calls.append("load_model"))
+    monkeypatch.setattr(fixes, "evaluate", lambda *a, **k: calls.append("evaluate"))
     with pytest.raises(ValueError) as e:
         fixes.main(["--preset", "smollm2-arith", "--model", "assets/tiny-base", "--k", "1", "--limit", "2",
-                    "--out", str(tmp_path / "out")], evaluate=lambda *a, **k: calls.append("evaluate"))
+                    "--out", str(tmp_path / "out")], presets=train.PRESETS)
     assert str(e.value).startswith("eval.py fixes, the schema arm: the schema constraint needs a tokenizer that writes")
     assert str(e.value).endswith("pass --max_new_tokens >= 9 and a model whose tokenizer fits, or --arms without schema")
     assert calls == [] and not list((tmp_path / "out").iterdir())

@@ -217,7 +217,7 @@ def test_final_is_gathered_with_the_engine_asleep(tmp_path, monkeypatch):
     run.cfg, run.dist, run.device = train.Config(run_dir=str(tmp_path)), distributed.Dist(), torch.device("cpu")
     run.engine, run.run_id, run.t_run, run.prov = SleepyEngine(calls), "r", 0.0, {"template_hash": ""}
     run.signal, run.after_load = types.SimpleNamespace(restore=lambda: None), runlog.memory_gib(run.device)
-    run.log = types.SimpleNamespace(scalars=lambda *a: None, close=lambda: None)
+    run.log, run.prompts_cut = types.SimpleNamespace(scalars=lambda *a: None, close=lambda: None), {}
     run.finish(None, None, {}, {})
     assert calls == ["sleep", "save final/", "close"]
 
