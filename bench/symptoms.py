@@ -24,7 +24,7 @@ base built with the repository's own warm-up (tasks/tiny_base.py) at run time.
 For every run it writes a train.py run directory DIR/<boundary>/<arm>-seed<N>/, runs report.py on
 it (its diagnosis.json names the boundaries it saw), evaluates the final policy and the base with
 eval.py on the same held-out problems and seed (DIR/<boundary>/base-eval/, RUN/eval/), and reads
-the symptom metric of the pair from the run's files. Then DIR/symptoms.json (one record per run:
+the symptom metric of the pair from the run's files (bench/symptom_metrics.py). Then DIR/symptoms.json (one record per run:
 boundary, arm, seed, the switches that differ, the symptom metric's name and value, report.py's
 boundaries, held-out before/after with paired intervals, the resource envelope), DIR/symptoms.md
 (the table), DIR/<boundary>/symptom.png (the symptom's metric per step, the arms overlaid) and
@@ -49,9 +49,9 @@ import dataclasses
 import json
 import os
 import re
-import statistics
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -63,10 +63,10 @@ sys.path.insert(0, str(REPO / "bench"))
 import ladder  # noqa: E402  (t_interval, snapshot_code)
 import report  # noqa: E402  (load_run, envelope)
 import train  # noqa: E402
+from symptom_metrics import SYMPTOMS, mean_or_none  # noqa: E402  (the symptom of each pair, read from a finished run)
 from evaluation import compare as cmp  # noqa: E402
 from evaluation import diagnosis  # noqa: E402
 from plumbing import policy  # noqa: E402
-from tasks import tiny  # noqa: E402
 
 BOUNDARIES = ("exploration", "contrast", "credit", "budget")
 ARMS = ("broken", "repaired")
@@ -102,10 +102,15 @@ def code_hashes(root: Path = REPO) -> tuple[str, str]:
     return hs[False].hexdigest()[:16], hs[True].hexdigest()[:16]
 
 
+_HASH_LOCK = threading.Lock()  # CPython 3.11 can raise SystemError from ast.parse run in two threads at once
+# ("AST constructor recursion depth mismatch", python/cpython issue 106905): runs of a pair start side by side (--jobs)
+
+
 def run_train_hash(meta: dict, out: Path) -> str | None:
     """The training-code hash of the snapshot a finished run executed (None: that snapshot is gone)."""
     code = out / ".code" / str(meta.get("code_hash"))
-    return code_hashes(code)[0] if (code / "train.py").exists() else None
+    with _HASH_LOCK:
+        return code_hashes(code)[0] if (code / "train.py").exists() else None
 
 
 @dataclass(frozen=True)
@@ -125,150 +130,6 @@ class Pair:
     eval_k: int = 16  # held-out samples per problem (eval.py): avg@k, pass@k at large k, distinct answers
     eval_limit: int = 128
     long_budget: int = 0  # > 0: also evaluate the final policy at this budget, same seed (the budget pair)
-
-
-# --- the symptom metrics ---------------------------------------------------------------------------------
-#
-# Each reads one finished run: {"dir", "metrics" (metrics.jsonl rows), "rollouts" (rollouts.jsonl, every
-# field), "cfg", "evals" ({name: eval.py report.json})} and returns (value, steps, per-step values, extras).
-# value is what the pair's difference is computed on; the per-step series is what symptom.png overlays.
-
-LAST = 5  # rollout steps averaged for the end-of-run values (report.py's DIAG_WINDOW)
-
-
-def _col(metrics: list[dict], key: str) -> list:
-    return [m.get(key) for m in metrics]
-
-
-def _tail_mean(values: list, n: int = LAST) -> float | None:
-    vals = [v for v in values[-n:] if v is not None]
-    return statistics.fmean(vals) if vals else None
-
-
-def _by_step(rollouts: list[dict], pick, agg) -> tuple[list[int], list]:
-    """(steps, agg(rollouts of that step selected by pick)) for every step with rollouts."""
-    steps = sorted({r["step"] for r in rollouts})
-    return steps, [agg([r for r in rollouts if r["step"] == s and pick(r)]) for s in steps]
-
-
-def _share(rs: list[dict], pred) -> float | None:
-    return sum(1 for r in rs if pred(r)) / len(rs) if rs else None
-
-
-def repeated_line(text: str) -> bool:
-    """A response that writes one of its non-empty lines twice (a loop): the repetitive answers of paper 3.3."""
-    lines = [ln.strip() for ln in text.split("\n") if ln.strip()]
-    return len(lines) != len(set(lines))
-
-
-def reference_solution(prompt: str) -> str | None:
-    """The tiny task's worked answer to a rollout's prompt ("What is a+b?"), or None for another task."""
-    m = re.search(r"What is ([0-9]+)\+([0-9]+)\?", prompt)
-    return tiny.column_solution(int(m.group(1)), int(m.group(2))) if m else None
-
-
-def collapse_repeats(text: str) -> str:
-    """The text with every line that repeats the line before it dropped ("a\na\nb" -> "a\nb"); a cut last line is kept."""
-    out: list[str] = []
-    for line in text.split("\n"):
-        if not out or line != out[-1]:
-            out.append(line)
-    return "\n".join(out)
-
-
-def on_track(r: dict) -> bool:
-    """A truncated tiny rollout that is so far the right worked answer, up to repeated lines: a larger budget
-    would have let it finish right (if it stops looping)."""
-    ref = reference_solution(r["prompt"])
-    return bool(r["truncated"]) and ref is not None and ref.startswith(collapse_repeats(r["response"]))
-
-
-def sym_entropy(run: dict):
-    """exploration: policy/entropy (nats per response token, before the update), mean of the last steps."""
-    ms = run["metrics"]
-    ent = _col(ms, "policy/entropy")
-    extras = {"entropy_first": _tail_mean(ent[:LAST], LAST), "clipfrac_high_mean": _mean(_col(ms, "policy/clipfrac_high")),
-              "clipfrac_low_mean": _mean(_col(ms, "policy/clipfrac_low"))}
-    return _tail_mean(ent), [m["step"] for m in ms], ent, extras
-
-
-def sym_zero_adv(run: dict):
-    """contrast: share of the trained responses whose advantage is 0 (a group all right or all wrong), per step."""
-    trained = [r for r in run["rollouts"] if r["kept"]]
-    steps, share = _by_step(trained, lambda r: True, lambda rs: _share(rs, lambda r: abs(r["advantage"] or 0.0) < 1e-6))
-    n_opt = sum(m.get("policy/optimizer_steps", 0) for m in run["metrics"])
-    effective = sum(1 for r in trained if abs(r["advantage"] or 0.0) >= 1e-6)
-    extras = {"effective_per_optimizer_step": effective / max(n_opt, 1), "optimizer_steps": n_opt}
-    return _mean(share), steps, share, extras
-
-
-def repetitive(r: dict) -> bool:
-    """A rollout that writes more than its problem needs by repeating itself. On the tiny task: more working lines than
-    the problem has columns (its reference's lines; a loop is the only way the bases here write more), so two equal
-    columns ("11+11") are no loop; elsewhere: a line written twice (repeated_line)."""
-    ref = reference_solution(r["prompt"])
-    if ref is None:
-        return repeated_line(r["response"])
-    work = [ln for ln in r["response"].split("\n") if ln.strip() and not ln.startswith("Answer")]
-    return len(work) > ref.count("\n")
-
-
-def sym_long_wrong(run: dict):
-    """credit: share of the wrong training answers that loop (`repetitive`), per step; mean of the last steps."""
-    steps, share = _by_step(run["rollouts"], lambda r: not r["correct"], lambda rs: _share(rs, repetitive))
-    ms = run["metrics"]
-    extras = {"wrong_len_last": _tail_mean(_col(ms, "length/wrong_mean")), "correct_len_last": _tail_mean(_col(ms, "length/correct_mean")),
-              "repetitive_share_all_last": _tail_mean(_by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, repetitive))[1]),
-              "repetitive_share_correct_last": _tail_mean(_by_step(run["rollouts"], lambda r: bool(r["correct"]),
-                                                                   lambda rs: _share(rs, repetitive))[1])}
-    return _tail_mean(share), steps, share, extras
-
-
-def sym_budget(run: dict):
-    """budget: share of the training rollouts truncated while still right so far (tiny: a prefix of the
-    reference worked answer), per step; the value is its mean over the last steps.
-
-    These are the answers a larger budget would have let finish right, which truncation scored as wrong
-    punishes. Extras: the held-out view of the final policy (budget_completion: of its samples truncated
-    at the training budget, the share right at the larger one, same samples), the direct (unreasoned,
-    'Answer: N' alone) share of the last steps, truncation and length."""
-    steps, share = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, on_track))
-    ev = run["evals"]
-    extras = budget_completion(ev["eval"], ev["eval-long"]) if "eval" in ev and "eval-long" in ev else {}
-    if "eval-long" in ev:
-        extras["heldout_avg_at_long_budget"] = ev["eval-long"]["metrics"][next(k for k in ev["eval-long"]["metrics"] if k.startswith("avg@"))]
-    ms = run["metrics"]
-    direct = _by_step(run["rollouts"], lambda r: True, lambda rs: _share(rs, lambda r: "\n" not in r["response"].strip()))[1]
-    extras |= {"truncated_last": _tail_mean(_col(ms, "length/truncated_frac")), "length_last": _tail_mean(_col(ms, "length/mean")),
-               "direct_share_first": _tail_mean(direct[:LAST]), "direct_share_last": _tail_mean(direct)}
-    return _tail_mean(share), steps, share, extras
-
-
-def budget_completion(short: dict, long: dict) -> dict:
-    """Of the held-out samples truncated at the training budget, the share right at the larger budget.
-
-    short, long: eval.py report.json of one policy on the same problems, k and seed at two budgets (the
-    streams are per sample, so a sample's first tokens agree: a truncated one is continued, not redrawn).
-    """
-    pairs = [(t, c_long, c) for a, b in zip(short["per_problem"], long["per_problem"])
-             for t, c, c_long in zip(a["truncated"], a["correct"], b["correct"])]
-    trunc = [p for p in pairs if p[0]]
-    return {"truncated_heldout": len(trunc) / len(pairs), "truncated_right_at_long": (sum(p[1] for p in trunc) / len(trunc)
-                                                                                      if trunc else None),
-            "long_minus_short": (sum(p[1] for p in pairs) - sum(p[2] for p in pairs)) / len(pairs)}
-
-
-def _mean(values: list) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
-
-
-SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the broken arm should be higher)
-    "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
-    "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
-    "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that loop, last 5 steps", +1),
-    "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
-}
 
 
 # --- the regimes -----------------------------------------------------------------------------------------
@@ -309,24 +170,35 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "aggregation differs."),
     ("contrast", SMOL): Pair(
         "contrast", SMOL, dict(steps=10, max_seconds=0, eval_limit=16), preset="smollm2-arith",
-        broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True), metric="zero_adv_share",
+        broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True, max_gen_rounds=3), metric="zero_adv_share",
         eval_k=4, eval_limit=64,
-        why="`--preset smollm2-arith` (one generation round of 12 prompts x 8, one optimizer step per rollout step), "
-            "the switch flipped, and the same budget for both arms: 10 rollout steps with no wall-clock cap "
-            "(`--steps 10 --max_seconds 0`; the preset's 1380 s cap would stop the arms at different steps on a loaded "
-            "machine), and the run's own held-out pass cut to 16 problems (`--eval_limit 16`: eval.py measures 64 x 4 "
-            "after it). 10, not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s "
-            "and 114 s on one core (generation 50 s and 25 s, update 101 s and 88 s; 2026-12-03), so 4 runs of 15 "
-            "steps, two at a time, would not fit the hour of both cores this measurement had. The arms differ in optimizer steps only where the repaired arm keeps no group: it takes no step "
-            "there (7 and 8 of 10 steps taken on 2026-12-03), the broken arm takes one on its all-wrong groups, whose "
-            "only reward differences are the preset's soft overlong punishment (so 17-23% of their responses still "
-            "have an advantage: length alone). Its base is right on 3.5% of "
-            "held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong: with dynamic sampling the "
-            "preset trains on the 0-7 mixed groups of each round (its documented run: 0, 0, 2, 4, 6, 6, 7, 6 kept "
-            "of 12 at steps 0-14), without it on all 12. Both arms generate the same 96 samples a step. The other "
-            "boundaries were measured not to fit a 30-minute run: with one optimizer step per rollout step the "
-            "ratio is exactly 1, so the clip never binds (exploration); of the base's answers truncated at 48 "
-            "tokens 2.3% are right at 128 (budget)."),
+        why="`--preset smollm2-arith` (rounds of 12 prompts x 8, one optimizer step per rollout step), the switch "
+            "flipped, and the same budget for both arms: 10 rollout steps with no wall-clock cap (`--steps 10 "
+            "--max_seconds 0`; the preset's 1380 s cap would stop the arms at different steps on a loaded machine), and "
+            "the run's own held-out pass cut to 16 problems (`--eval_limit 16`: eval.py measures 64 x 4 after it). 10, "
+            "not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s and 114 s on one "
+            "core (2026-12-03), so 4 runs of 15 steps, two at a time, would not fit an hour of both cores. Its base is "
+            "right on 3.5% of held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong. The repaired "
+            "arm may draw up to 3 rounds a step to refill its batch (`--max_gen_rounds 3`; the broken arm keeps every "
+            "group of its first round and never draws a second, so the flag changes nothing there): with the preset's "
+            "one round it trained on 200 and 272 of 960 samples on 2026-12-03 (0-8 mixed groups a step), and report.py "
+            "named its short batch. The broken arm trains on its all-wrong groups, whose only reward differences are the "
+            "preset's soft overlong punishment (17-23% of their responses have an advantage from length alone). The "
+            "budget boundary was measured not to fit: of the base's answers truncated at 48 tokens 2.3% are right at "
+            "128."),
+    ("exploration", SMOL): Pair(
+        "exploration", SMOL, dict(steps=8, max_seconds=0, eval_limit=16, mini_batch_size=8, micro_batch_size=8),
+        preset="smollm2-arith", broken=dict(eps_high=0.2), repaired=dict(eps_high=0.28), metric="entropy_last",
+        eval_k=4, eval_limit=64,
+        why="`--preset smollm2-arith` with one optimizer step per 8 trained responses (`--mini_batch_size 8`: up to 12 "
+            "per rollout step, the paper's 16 being more than a batch of 96 allows), so that the ratio leaves 1 and "
+            "the clip can bind at all (with the preset's one step it is exactly 1). The real model is where Clip-Higher "
+            "has room: of the response tokens of the preset's step-0 rollouts with a positive advantage, 57% have a "
+            "probability below 1/1.2 (the only ones the upper bound can ever clip) and 34% below 0.5, against 4% and "
+            "2% for the tiny base (5% and 2% at temperature 1.5; bench/symptoms.py clip_room, 2026-12-07), and its "
+            "entropy fell from 1.32 to 0.33 nats/token within 10 steps of the contrast pair's repaired run. A scout "
+            "step measured clipfrac_high 1.1% and clipfrac_low 4.3% (against ~0.2% and 1-3% on the tiny task). 8 "
+            "rollout steps, the same for both arms (`--max_seconds 0`), so that 4 runs fit an hour of 2 cores."),
     ("budget", TINY): Pair(
         "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),
         broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
@@ -397,9 +269,11 @@ def train_argv(pair: Pair, arm: str, seed: int, run_dir: Path, base: Path, args)
 
 
 def eval_argv(model: str, cfg: dict, pair: Pair, out: Path, budget: int = 0) -> list[str]:
-    """eval.py argv on the run's held-out problems and settings, seed 0, k = pair.eval_k, no greedy pass."""
+    """eval.py argv on the run's held-out problems and settings (its --eval_temperature, --eval_top_p), seed 0,
+    k = pair.eval_k, no greedy pass."""
     return ["eval.py", "--model", model, "--data", cfg["eval_data"], "--task", cfg["task"], "--task_args", cfg["task_args"],
             "--max_new_tokens", str(budget or cfg["max_response_len"]), "--instruction", cfg["instruction"],
+            "--temperature", str(cfg["eval_temperature"]), "--top_p", str(cfg["eval_top_p"]),
             "--verifier", cfg["verifier"], "--k", str(pair.eval_k), "--limit", str(pair.eval_limit), "--seed", "0",
             "--greedy", "false", "--out", str(out)]
 
@@ -473,28 +347,33 @@ def collect(pair: Pair, arm: str, seed: int, run_dir: Path, wall: float, evals: 
 
 # What evaluation/diagnosis.py reads of a run: these metrics of every step (and verifier/* counts), these config fields.
 FIXTURE_METRICS = ("step", "policy/entropy", "policy/clipfrac_high", "policy/clipfrac_low", "groups/all_correct_frac",
-                   "groups/all_wrong_frac", "groups/kept_frac", "groups/gen_rounds", "groups/exhausted", "length/mean",
+                   "groups/all_wrong_frac", "groups/kept_frac", "groups/kept", "groups/gen_rounds", "groups/exhausted", "length/mean",
                    "length/correct_mean", "length/wrong_mean", "length/truncated_frac", "length/truncated_frac_wrong",
                    "length/long_wrong_frac")  # the last one derived from rollouts.jsonl, as report.py does
-FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "loss_agg", "overlong_filter",
+FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "prompts_per_step", "loss_agg", "overlong_filter",
                   "overlong_penalty", "max_response_len", "overlong_buffer")
 
 
-def export_fixture(record: dict, shown: bool, out: Path) -> Path:
-    """A real run's history trimmed to what the diagnosis reads, as tests/fixtures/symptoms/<boundary>-<arm>-seed<N>.json:
-    {"boundary", "arm", "seed", "diagnosis_boundary", "symptom_shown", "source", "config": {...}, "metrics": [...]}.
-    shown: whether its pair showed the symptom (the difference's interval excludes 0, in the expected direction)."""
+def export_fixture(record: dict, shown: bool, out: Path, tag: str = "") -> Path:
+    """A real run's history trimmed to what the diagnosis reads, as tests/fixtures/symptoms/<boundary>-[smollm2-][TAG-]<arm>-seed<N>.json:
+    {"boundary", "arm", "seed", "model", "regime", "diagnosis_boundary", "symptom_shown", "source", "config": {...},
+    "metrics": [...]}. shown: whether its pair showed the symptom (the difference's interval excludes 0, in the
+    expected direction). tag: names a regime run with extra train.py flags (--fixtures_tag), kept apart from the pair's own."""
     run_dir = Path(record["run_dir"])
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     run = report.load_run(run_dir)
     rows = diagnosis.with_rollout_metrics(run["metrics"], run["rollouts"])
     keep = lambda k: k in FIXTURE_METRICS or k.startswith("verifier/")  # noqa: E731
     rows = [{k: (round(v, 6) if isinstance(v, float) else v) for k, v in m.items() if keep(k)} for m in rows]
-    doc = {"boundary": record["boundary"], "arm": record["arm"], "seed": record["seed"], "model": record["model"],
+    doc = {"boundary": record["boundary"], "arm": record["arm"], "seed": record["seed"], "model": record["model"], "regime": tag,
            "diagnosis_boundary": DIAGNOSIS[record["boundary"]], "symptom_shown": shown,
-           "source": f"python bench/symptoms.py --boundary {record['boundary']} (run {run_dir.parent.name}/{run_dir.name})",
+           "source": " ".join(["python bench/symptoms.py --boundary", record["boundary"],
+                               *([] if record["model"] == TINY else ["--model", record["model"]]),
+                               *(["--", *record["extra_flags"]] if record.get("extra_flags") else []),
+                               f"(run {run_dir.parent.name}/{run_dir.name})"]),
            "config": {k: cfg[k] for k in FIXTURE_CONFIG}, "metrics": rows}
-    path = out / f"{record['boundary']}-{'' if record['model'] == TINY else 'smollm2-'}{record['arm']}-seed{record['seed']}.json"
+    path = out / (f"{record['boundary']}-{'' if record['model'] == TINY else 'smollm2-'}{tag + '-' if tag else ''}"
+                  f"{record['arm']}-seed{record['seed']}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     return path
@@ -590,6 +469,7 @@ def render(summaries: list[dict], records: list[dict]) -> str:
         L += ["", f"### {s['boundary']} ({s['model']})", "", pair.why, "",
               f"Both arms: `--preset {pair.preset} {' '.join(_flags(pair.common))}`" + (
                   f" (run here with `--steps {s['steps']}`)" if s.get("steps") not in (None, pair.common.get("steps")) else "")
+              + (f", and after `--` for both arms `{' '.join(s['extra_flags'])}`" if s.get("extra_flags") else "")
               + (f", base built by `python -m tasks.tiny_base --steps {pair.base_sft_steps} {' '.join(_flags(pair.base_args))}`"
                  if pair.base_sft_steps else "") + f"; broken `{' '.join(_flags(pair.broken))}`, repaired "
               f"`{' '.join(_flags(pair.repaired))}`.", "", "![symptom](" + f"{s['boundary']}/symptom.png)"]
@@ -620,7 +500,7 @@ def plot(boundaries: list[str], records: list[dict], path: Path, title: str = ""
                 ax.plot(ln["steps"], [v if v is not None else float("nan") for v in ln["values"]], color=colour, alpha=0.3, lw=0.8)
             if lines:
                 steps = sorted(set.intersection(*(set(ln["steps"]) for ln in lines)))
-                mean = [_mean([dict(zip(ln["steps"], ln["values"])).get(s) for ln in lines]) for s in steps]
+                mean = [mean_or_none([dict(zip(ln["steps"], ln["values"])).get(s) for ln in lines]) for s in steps]
                 ax.plot(steps, [m if m is not None else float("nan") for m in mean], color=colour, lw=2,
                         label=f"{arm} ({_switch(rs[0]['switches'] if arm == rs[0]['arm'] else next(r['switches'] for r in rs if r['arm'] == arm))})")
         ax.set_title(f"{b}: {rs[0]['metric']}" if rs else b, fontsize=9)
@@ -649,9 +529,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--force", action="store_true", help="rerun finished runs")
     ap.add_argument("--fixtures", default="", help="also write each run's trimmed history here (report.py's tests: "
                     "tests/fixtures/symptoms)")
+    ap.add_argument("--fixtures_tag", default="", help="a name for a regime run with extra train.py flags after `--` "
+                    "(its fixtures are kept apart from the pair's own: <boundary>-[smollm2-]TAG-<arm>-seed<N>.json)")
     args = ap.parse_args(own)
     if args.seeds < 1 or args.jobs < 1 or args.steps < 0:
         ap.error("--seeds and --jobs must be >= 1, --steps >= 0")
+    if args.fixtures and extra and not re.fullmatch(r"[a-z0-9.]+", args.fixtures_tag):
+        ap.error("--fixtures with train.py flags after `--`: give the regime a --fixtures_tag (letters, digits, dots), so "
+                 "its fixtures do not replace the pair's own")
     args.extra, args.out = extra, str(Path(args.out).resolve())
     return args
 
@@ -682,10 +567,11 @@ def main(argv: list[str] | None = None) -> dict:
         summary |= {"command": command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "git_commit": args.git_commit, "code_hash": args.code_hash, "train_hash": args.train_hash,
                     "readers_hash": args.readers_hash, "load_avg_end": [round(x, 2) for x in os.getloadavg()],
-                    "steps": records[0]["envelope"]["rollout_steps"]}
+                    "steps": records[0]["envelope"]["rollout_steps"], "extra_flags": args.extra}
         if args.fixtures:
             for r in records:
-                export_fixture(r, summary["excludes_zero"] and summary["in_expected_direction"], Path(args.fixtures))
+                export_fixture(r | {"extra_flags": args.extra}, summary["excludes_zero"] and summary["in_expected_direction"],
+                               Path(args.fixtures), args.fixtures_tag)
         plot([pair.boundary], records, out / pair.boundary / "symptom.png")
         done_pairs[pair.boundary] = (summary, records)
     return write_outputs(out, done_pairs)

@@ -82,7 +82,8 @@ SEEN = {
     'exploration': ('Over whole runs: the exploration pair of docs/results.md "The four boundaries, seen" trains '
                     'with 16 optimizer steps per rollout step under the symmetric clip and under Clip-Higher: '
                     'entropy per step, the clip fractions on each side, distinct answers and pass@16 of the final'
-                    ' policies.'),
+                    ' policies; on the tiny task at temperature 1.0 and 1.5 and on SmolLM2-135M-Instruct, with the '
+                    'share of positive-advantage tokens that the upper bound can clip at all.'),
 }
 
 

@@ -58,6 +58,14 @@ SOLVED_RISE_MIN = 0.0
 UNIFORM_GROUPS_MAX = 0.5
 KEPT_FRAC_MIN = 0.2  # with dynamic sampling, below this each trained group costs > 5 generated groups (tiny default: ~0.33)
 BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half the window's steps used every round (of > 1)
+# A step whose round budget ran out (groups/exhausted) trains on fewer groups than --prompts_per_step. That loses the
+# boundary only when the batch is mostly missing: fewer than this share of the wanted groups (groups/kept). Until the
+# SmolLM2 contrast pair ran with --max_gen_rounds 3 (docs/results.md "The four boundaries, seen") any short step in the
+# window counted, and a binding round budget was a finding on its own: the repaired arm, which trained on 8-9 mixed
+# groups of the 12 wanted in each of its last 5 steps (every group with advantage, all 3 rounds used, most of the rest
+# all right) and gained on held-out, was named "critical" beside the arm that trained on all-wrong groups. A mostly
+# full batch after every round is a cost (samples per trained group, KEPT_FRAC_MIN), not a lost contrast.
+SHORT_BATCH_MIN = 0.5
 # credit (paper 3.3: under the sample-level mean, tokens of long answers weigh less, so long
 # repetitive wrong answers are under-penalised and length grows)
 WRONG_CORRECT_LEN_RATIO = 1.5  # wrong answers 50% longer than correct ones (tiny default: 1.1); truncation explains it: reward check
@@ -95,8 +103,10 @@ THRESHOLDS = [  # (boundary, constant, value, when it fires) for report.md; valu
     ("contrast", "UNIFORM_GROUPS_MAX", UNIFORM_GROUPS_MAX,
      "groups/all_correct_frac + groups/all_wrong_frac above this (dynamic sampling off or unknown)"),
     ("contrast", "KEPT_FRAC_MIN", KEPT_FRAC_MIN, "or groups/kept_frac below this (dynamic sampling on)"),
+    ("contrast", "SHORT_BATCH_MIN", SHORT_BATCH_MIN,
+     "or a step with groups/exhausted trained fewer than this x --prompts_per_step groups (groups/kept): critical"),
     ("contrast", "BUDGET_STEPS_FRAC", BUDGET_STEPS_FRAC,
-     "or this share of steps ran groups/gen_rounds = max_gen_rounds (> 1); any groups/exhausted: critical"),
+     "with such a short batch, named when this share of steps ran groups/gen_rounds = max_gen_rounds (> 1)"),
     ("credit", "WRONG_CORRECT_LEN_RATIO", WRONG_CORRECT_LEN_RATIO, "length/wrong_mean / length/correct_mean above this"),
     ("credit", "LENGTH_GROWTH_MIN", LENGTH_GROWTH_MIN,
      "and length/mean grew by this factor; only under seq-mean-token-mean (or unknown)"),
@@ -188,7 +198,11 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     last = metrics[-DIAG_WINDOW:]
     uniform = _nanmean(column(last, "groups/all_correct_frac") + column(last, "groups/all_wrong_frac"))
     kept = _nanmean(column(last, "groups/kept_frac"))
-    exhausted = int(np.nansum(column(last, "groups/exhausted")))
+    exhausted = column(last, "groups/exhausted") > 0  # (steps,) the round budget ran out
+    wanted, got = cfg.get("prompts_per_step"), column(last, "groups/kept")
+    if wanted and np.isfinite(got).all():  # short by more than SHORT_BATCH_MIN; unknown sizes: every short step counts
+        exhausted &= got < SHORT_BATCH_MIN * wanted
+    exhausted = int(exhausted.sum())
     ds = cfg.get("dynamic_sampling")  # None: unknown (no config.json)
     rounds, max_rounds = column(last, "groups/gen_rounds"), cfg.get("max_gen_rounds")
     # With one round there is no resampling: every step "uses all its rounds", full batch or not (a short one is what
@@ -197,15 +211,21 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     at_budget = float(np.mean(rounds >= max_rounds)) if max_rounds and max_rounds > 1 and ds is not False else 0.0
     why, critical = [], False
     if ds is not True and uniform > UNIFORM_GROUPS_MAX:  # with dynamic sampling they are filtered out, never trained
-        why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong (zero advantage)"
-                   + (": they are trained on, so that share of the batch carries no gradient" if ds is False else ""))
+        # "Zero advantage" only without the soft overlong punishment: with it, a group all right or all wrong still has
+        # reward differences from length (on SmolLM2's contrast pair 17-23% of such responses had an advantage).
+        length_only = " (the soft overlong punishment still gives them an advantage, from length alone)" if cfg.get(
+            "overlong_penalty") else " (zero advantage)"
+        why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong"
+                   + (f": they are trained on, with no gradient toward right answers{length_only}" if ds is False
+                      else " (no contrast in correctness)"))
         critical |= ds is False  # they are trained on: the effective batch is that much smaller
     if ds is not False and kept < KEPT_FRAC_MIN:
         why.append(f"only {kept:.0%} of generated groups are kept: each trained group costs {1 / max(kept, 1e-9):.1f} generated")
-    if at_budget >= BUDGET_STEPS_FRAC:
-        why.append(f"{at_budget:.0%} of the last {len(last)} steps used all {max_rounds} generation rounds")
     if exhausted:
-        why.append(f"the round budget ran out in {exhausted} of the last {len(last)} steps: the batch was short")
+        why.append((f"{at_budget:.0%} of the last {len(last)} steps used all {max_rounds} generation rounds; "
+                    if at_budget >= BUDGET_STEPS_FRAC else "") + f"the round budget ran out in {exhausted} of the last "
+                   f"{len(last)} steps: the batch was short" + (f" (under {SHORT_BATCH_MIN:.0%} of the {wanted} groups wanted)"
+                                                                if wanted and np.isfinite(got).all() else ""))
         critical = True
     if not why:
         return []

@@ -157,6 +157,12 @@ def _separate(model, batch, idx, temperature):
     return out
 
 
+# fp32 agreement of a batched layout with the separate forwards. The shared-prompt pass (the prompt's KV cache
+# computed once and copied) measured a gap of 1.25e-5 on an Intel Xeon on 2026-12-07 (1e-5, the bound before, held on
+# the machines of earlier runs); every trap below gives more than 1e-2, so 1e-4 keeps two orders between the two.
+LAYOUT_TOL = 1e-4
+
+
 def _gap(logp, ent, ref) -> float:
     """Largest |difference| of (b, T) log-probs and entropies from the separate forwards, over real tokens."""
     return max(max(float((logp[r, : len(a)].double() - a).abs().max()), float((ent[r, : len(a)].double() - e).abs().max()))
@@ -168,7 +174,7 @@ def _gap(logp, ent, ref) -> float:
 @pytest.mark.engine  # transformers: the model's forward, attention masks and KV cache
 def test_layouts_equal_separate_unpadded_forwards(tiny, layout):
     """Packed (one row, position ids restarting, no mask, no cache), padded, and padded with the
-    shared prompt pass: per-token log-probs and entropies of the separate forwards within 1e-5 (fp32)."""
+    shared prompt pass: per-token log-probs and entropies of the separate forwards within LAYOUT_TOL (fp32)."""
     model, tok = tiny
     model.eval()
     batch = _random_batch(tok, n_groups=3, G=3, seed=7)
@@ -179,7 +185,7 @@ def test_layouts_equal_separate_unpadded_forwards(tiny, layout):
     assert inputs.input_ids.shape[0] == (1 if cfg.pack_micro_batches else 9)
     with torch.no_grad():
         logp, ent = forward.logprobs(model, inputs, cfg)  # (b, T) each
-    assert _gap(logp, ent, _separate(model, batch, idx, 0.8)) < 1e-5
+    assert _gap(logp, ent, _separate(model, batch, idx, 0.8)) < LAYOUT_TOL
     assert float((logp * (1 - inputs.real)).abs().max()) == 0.0  # padding holds 0
 
 
@@ -199,7 +205,7 @@ def test_packing_traps_break_the_equality(tiny, monkeypatch):
     ref = _separate(model, batch, idx, 1.0)
     inputs = forward.micro_batch(batch, idx, tok.pad_token_id, CPU, cfg)
     with torch.no_grad():
-        assert _gap(*forward.logprobs(model, inputs, cfg), ref) < 1e-5
+        assert _gap(*forward.logprobs(model, inputs, cfg), ref) < LAYOUT_TOL
         ones = dataclasses.replace(inputs, attention_mask=torch.ones_like(inputs.input_ids))
         assert _gap(*forward.logprobs(model, ones, cfg), ref) > 1e-2
         base = model.base_model
@@ -249,7 +255,7 @@ def test_unpack_map_after_shuffling(tiny):
     cfg = _cfg(pack_micro_batches=True)
     with torch.no_grad():
         logp, ent = forward.logprobs(model, forward.micro_batch(batch, idx, tok.pad_token_id, CPU, cfg), cfg)
-    assert _gap(logp, ent, _separate(model, batch, idx, 1.0)) < 1e-5
+    assert _gap(logp, ent, _separate(model, batch, idx, 1.0)) < LAYOUT_TOL
 
 
 def test_sequence_logprobs_is_the_trainers_pass(tiny):

@@ -23,6 +23,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 import ladder  # noqa: E402
+import symptom_metrics as sm  # noqa: E402
 import symptoms as sy  # noqa: E402
 import train  # noqa: E402
 
@@ -37,8 +38,10 @@ def test_each_pair_flips_only_its_boundary_switch(key, tmp_path):
     cfgs = {arm: dataclasses.asdict(train.parse_config(sy.train_argv(pair, arm, 0, tmp_path / arm, tmp_path / "base", args)))
             for arm in sy.ARMS}
     changed = {k for k in cfgs["broken"] if cfgs["broken"][k] != cfgs["repaired"][k]} - {"run_dir"}
-    assert changed == SWITCHES[pair.boundary], changed
     b, r = cfgs["broken"], cfgs["repaired"]
+    if pair.boundary == "contrast" and not b["dynamic_sampling"]:  # rounds to refill the batch: unused with the filter off
+        changed -= {"max_gen_rounds"}
+    assert changed == SWITCHES[pair.boundary], changed
     if pair.boundary == "exploration":  # symmetric clip against Clip-Higher
         assert b["eps_high"] == b["eps_low"] and r["eps_high"] > r["eps_low"]
     elif pair.boundary == "contrast":
@@ -56,16 +59,16 @@ def test_an_undefined_pair_is_one_line_naming_the_defined_ones():
 
 
 def test_repeated_line_and_on_track():
-    assert sy.repeated_line("4+8=12\n4+8=12\nAnswer: 12") and not sy.repeated_line("4+8=12\n1+0+1=2\nAnswer: 212")
-    assert not sy.repeated_line("Answer: 5\n\n")  # blank lines are not a loop
-    assert sy.reference_solution("<|user|>What is 347+85?\n<|assistant|>") == "7+5=12\n4+8+1=13\n3+0+1=4\nAnswer: 432"
-    assert sy.reference_solution("Compute 3 * 4.") is None
+    assert sm.repeated_line("4+8=12\n4+8=12\nAnswer: 12") and not sm.repeated_line("4+8=12\n1+0+1=2\nAnswer: 212")
+    assert not sm.repeated_line("Answer: 5\n\n")  # blank lines are not a loop
+    assert sm.reference_solution("<|user|>What is 347+85?\n<|assistant|>") == "7+5=12\n4+8+1=13\n3+0+1=4\nAnswer: 432"
+    assert sm.reference_solution("Compute 3 * 4.") is None
     row = {"prompt": "What is 347+85?", "truncated": True}
-    assert sy.on_track({**row, "response": "7+5=12\n4+8+1=13\n3+0"})  # cut, but right so far
-    assert not sy.on_track({**row, "response": "7+5=12\n4+8+1=14\n3+0"})  # cut and already wrong
-    assert not sy.on_track({**row, "truncated": False, "response": "7+5=12"})  # not truncated
-    assert sy.on_track({**row, "response": "7+5=12\n7+5=12\n4+8+1=13\n3+0"})  # a loop, right so far otherwise
-    assert sy.collapse_repeats("a\na\nb\na") == "a\nb\na"
+    assert sm.on_track({**row, "response": "7+5=12\n4+8+1=13\n3+0"})  # cut, but right so far
+    assert not sm.on_track({**row, "response": "7+5=12\n4+8+1=14\n3+0"})  # cut and already wrong
+    assert not sm.on_track({**row, "truncated": False, "response": "7+5=12"})  # not truncated
+    assert sm.on_track({**row, "response": "7+5=12\n7+5=12\n4+8+1=13\n3+0"})  # a loop, right so far otherwise
+    assert sm.collapse_repeats("a\na\nb\na") == "a\nb\na"
 
 
 def _eval_report(correct, truncated):
@@ -75,7 +78,7 @@ def _eval_report(correct, truncated):
 def test_budget_completion_counts_truncated_samples_right_at_the_larger_budget():
     short = _eval_report([[False, False, True], [False, False, False]], [[True, True, False], [True, False, False]])
     long = _eval_report([[True, False, True], [True, False, False]], [[False, True, False], [False, False, False]])
-    got = sy.budget_completion(short, long)
+    got = sm.budget_completion(short, long)
     assert got["truncated_heldout"] == pytest.approx(3 / 6)
     assert got["truncated_right_at_long"] == pytest.approx(2 / 3)  # two of the three truncated ones finish right
     assert got["long_minus_short"] == pytest.approx((3 - 1) / 6)
@@ -90,7 +93,7 @@ def test_zero_advantage_share_of_the_trained_responses():
     rows = ([{"step": 0, "kept": True, "advantage": a} for a in (0.0, 0.0, 1.2, -1.2)]
             + [{"step": 0, "kept": False, "advantage": None}] * 4  # generated, not trained: not counted
             + [{"step": 1, "kept": True, "advantage": a} for a in (0.0, 0.5, -0.5, 0.0)])
-    value, steps, series, extras = sy.sym_zero_adv(_run(rows))
+    value, steps, series, extras = sm.sym_zero_adv(_run(rows))
     assert steps == [0, 1] and series == [0.5, 0.5] and value == 0.5
     assert extras["effective_per_optimizer_step"] == pytest.approx(4 / 4)  # 4 non-zero responses, 2 x 2 optimizer steps
 
@@ -101,9 +104,9 @@ def test_repetitive_share_of_the_wrong_answers():
             {"step": 0, "prompt": q, "correct": False, "response": "1+1=2\nAnswer: 3"},
             {"step": 0, "prompt": q, "correct": True, "response": "1+1=2\n1+1=2\nAnswer: 2"},  # right: not in the share
             {"step": 0, "prompt": "What is 11+11?", "correct": False, "response": "1+1=2\n1+1=2\nAnswer: 23"}]  # 2 columns
-    value, steps, series, extras = sy.sym_long_wrong(_run(rows, [{"step": 0}]))
+    value, steps, series, extras = sm.sym_long_wrong(_run(rows, [{"step": 0}]))
     assert series == [1 / 3] and value == pytest.approx(1 / 3) and extras["repetitive_share_correct_last"] == 1.0
-    assert sy.repetitive({"prompt": "Compute 2*3.", "response": "I think.\nI think.\nAnswer: 6"})  # another task: a line twice
+    assert sm.repetitive({"prompt": "Compute 2*3.", "response": "I think.\nI think.\nAnswer: 6"})  # another task: a line twice
 
 
 def _record(boundary, arm, seed, value, run_dir):
@@ -183,6 +186,50 @@ def test_exported_fixture_holds_what_the_diagnosis_reads(tmp_path):
     doc = json.loads(sy.export_fixture(rec, True, tmp_path / "fx").read_text())
     assert doc["diagnosis_boundary"] == "credit" and doc["symptom_shown"] and doc["config"]["loss_agg"] == "seq-mean-token-mean"
     assert doc["metrics"] == [{"step": s, "policy/entropy": 0.1, "verifier/ok": 3, "length/long_wrong_frac": 1.0} for s in range(2)]
+    # A regime run with more train.py flags is kept apart from the pair's own fixtures, and says how it was run.
+    tagged = sy.export_fixture(rec | {"extra_flags": ["--temperature", "1.5"]}, False, tmp_path / "fx", "t1.5")
+    doc = json.loads(tagged.read_text())
+    assert tagged.name == "credit-t1.5-broken-seed0.json" and doc["regime"] == "t1.5" and "-- --temperature 1.5" in doc["source"]
+
+
+def test_fixtures_of_a_regime_with_extra_flags_need_a_tag(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        sy.parse(["--boundary", "exploration", "--out", str(tmp_path), "--fixtures", str(tmp_path / "fx"), "--",
+                  "--temperature", "1.5"])
+    assert e.value.code == 2 and "--fixtures_tag" in capsys.readouterr().err
+    args = sy.parse(["--boundary", "exploration", "--out", str(tmp_path), "--fixtures", str(tmp_path / "fx"),
+                     "--fixtures_tag", "t1.5", "--", "--temperature", "1.5"])
+    assert args.extra == ["--temperature", "1.5"] and args.fixtures_tag == "t1.5"
+
+
+def test_clip_room_counts_the_positive_advantage_tokens_the_upper_bound_can_reach():
+    """clip_room against the probabilities computed here, on the shipped tiny base: the share of step 0's response
+    tokens with A > 0 below 1/(1 + eps) and below 0.5; a rollout of another step, with A <= 0, or whose text does not
+    tokenize back to its logged counts is not counted (the last one is reported as skipped)."""
+    import torch
+
+    from plumbing import loading, policy
+
+    base = REPO / "assets" / "tiny-base"
+    tok = policy.load_tokenizer(str(base))
+    prompt = "<|user|>What is 12+7?\n<|assistant|>"
+    good, wrong = "2+7=9\n1+0=1\nAnswer: 19", "2+7=8\n1+0=1\nAnswer: 18"
+    n = lambda text: len(tok(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+    row = lambda resp, **kw: {"step": 0, "kept": True, "advantage": 1.0, "prompt": prompt, "response": resp,  # noqa: E731
+                              "finish_reason": "stop", "prompt_tokens": n(prompt), "response_tokens": n(resp) + 1} | kw
+    rollouts = [row(good), row(wrong), row(wrong, advantage=-1.0), row(wrong, step=1), row(good, response_tokens=3)]
+    got = sm.clip_room(base, rollouts, temperature=1.5)
+    model = loading.load_whole(str(base), torch.device("cpu")).eval()
+    probs = []
+    with torch.no_grad():
+        for resp in (good, wrong):
+            p, q = tok(prompt, add_special_tokens=False)["input_ids"], tok(resp, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            logits = model(torch.tensor([p + q])).logits[0, len(p) - 1 : -1].double() / 1.5
+            probs += logits.softmax(-1)[torch.arange(len(q)), torch.tensor(q)].tolist()
+    assert got["tokens"] == len(probs) == n(good) + n(wrong) + 2 and got["skipped_rollouts"] == 1
+    assert got["below_1/(1+0.2)"] == pytest.approx(sum(x < 1 / 1.2 for x in probs) / len(probs))
+    assert got["below_0.5"] == pytest.approx(sum(x < 0.5 for x in probs) / len(probs))
+    assert 0 < got["below_0.5"] <= got["below_1/(1+0.28)"] <= got["below_1/(1+0.2)"] < 1  # the wrong digits are unlikely
 
 
 def test_out_holding_the_pair_on_another_model_is_refused(tmp_path, capsys):
