@@ -2,13 +2,14 @@
 
     OMP_NUM_THREADS=1 python bench/symptoms.py --boundary contrast --seeds 3 --out runs/symptoms
     OMP_NUM_THREADS=1 python bench/symptoms.py --boundary exploration contrast credit budget --seeds 3 --out runs/symptoms
-    OMP_NUM_THREADS=1 python bench/symptoms.py --boundary budget --seeds 2 --model smollm2-135m-instruct --out runs/symptoms-smol
+    OMP_NUM_THREADS=1 python bench/symptoms.py --boundary contrast exploration --seeds 2 --model smollm2-135m-instruct --out runs/symptoms-smol
 
 The documents this repository implements ask of every run "which boundary failed: exploration,
 group contrast, token credit, or reward interpretation?", and read DAPO's techniques as mappings
 from symptoms to mechanisms. For each boundary this script runs the same regime twice per seed,
 once with the intervention off (arm `broken`) and once on (arm `repaired`), everything else equal
-(the same optimizer-step budget, seed, data order and base policy):
+(the same rollout steps and mini-batch size, seed, data order and base policy; optimizer steps differ only where
+dynamic sampling leaves a batch short):
 
   exploration  symmetric clip (--eps_high = --eps_low)    against Clip-Higher (paper 3.1)
   contrast     --dynamic_sampling false                   against true        (paper 3.2)
@@ -178,12 +179,14 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "the run's own held-out pass cut to 16 problems (`--eval_limit 16`: eval.py measures 64 x 4 after it). 10, "
             "not the preset's 15: a step of the broken arm (96 samples trained) was measured at 151 s and 114 s on one "
             "core (2026-12-03), so 4 runs of 15 steps, two at a time, would not fit an hour of both cores. Its base is "
-            "right on 3.5% of held-out samples (64 x 4 at 48 tokens), so nearly every group is all wrong. The repaired "
+            "right on 3.5% (2026-12-03) and 8.6% (2026-12-07, another CPU) of held-out samples (64 x 4 at 48 tokens), so "
+            "nearly every group is all wrong. The repaired "
             "arm may draw up to 3 rounds a step to refill its batch (`--max_gen_rounds 3`; the broken arm keeps every "
             "group of its first round and never draws a second, so the flag changes nothing there): with the preset's "
             "one round it trained on 200 and 272 of 960 samples on 2026-12-03 (0-8 mixed groups a step), and report.py "
             "named its short batch. The broken arm trains on its all-wrong groups, whose only reward differences are the "
-            "preset's soft overlong punishment (17-23% of their responses have an advantage from length alone). The "
+            "preset's soft overlong punishment (22-24% of their responses had an advantage, from length alone, on "
+            "2026-12-07; 17-23% on 2026-12-03). The "
             "budget boundary was measured not to fit: of the base's answers truncated at 48 tokens 2.3% are right at "
             "128."),
     ("exploration", SMOL): Pair(
@@ -194,10 +197,11 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "per rollout step, the paper's 16 being more than a batch of 96 allows), so that the ratio leaves 1 and "
             "the clip can bind at all (with the preset's one step it is exactly 1). The real model is where Clip-Higher "
             "has room: of the response tokens of the preset's step-0 rollouts with a positive advantage, 57% have a "
-            "probability below 1/1.2 (the only ones the upper bound can ever clip) and 34% below 0.5, against 4% and "
-            "2% for the tiny base (5% and 2% at temperature 1.5; bench/symptoms.py clip_room, 2026-12-07), and its "
+            "probability below 1/1.2 (the only ones the upper bound can ever clip) and 34% below 0.5 (322 tokens, the "
+            "contrast pair's 3-round step 0), against 4% and 2% for the shipped tiny base (5% and 2% at temperature 1.5; "
+            "bench/symptom_metrics.py clip_room on 1-seed scout runs, 2026-12-07), and its "
             "entropy fell from 1.32 to 0.33 nats/token within 10 steps of the contrast pair's repaired run. A scout "
-            "step measured clipfrac_high 1.1% and clipfrac_low 4.3% (against ~0.2% and 1-3% on the tiny task). 8 "
+            "step measured clipfrac_high 1.1% and clipfrac_low 4.3% (against 0.1-0.3% and 1-2% in the tiny pairs). 8 "
             "rollout steps, the same for both arms (`--max_seconds 0`), so that 4 runs fit an hour of 2 cores."),
     ("budget", TINY): Pair(
         "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),

@@ -61,9 +61,9 @@ BUDGET_STEPS_FRAC = 0.5  # the round budget counts as binding when at least half
 # A step whose round budget ran out (groups/exhausted) trains on fewer groups than --prompts_per_step. That loses the
 # boundary only when the batch is mostly missing: fewer than this share of the wanted groups (groups/kept). Until the
 # SmolLM2 contrast pair ran with --max_gen_rounds 3 (docs/results.md "The four boundaries, seen") any short step in the
-# window counted, and a binding round budget was a finding on its own: the repaired arm, which trained on 8-9 mixed
-# groups of the 12 wanted in each of its last 5 steps (every group with advantage, all 3 rounds used, most of the rest
-# all right) and gained on held-out, was named "critical" beside the arm that trained on all-wrong groups. A mostly
+# window counted, and a binding round budget was a finding on its own: the repaired arm of seed 0, which trained on
+# 8-9 mixed groups of the 12 wanted in each of its last 5 steps (all 3 rounds used, most of the rest all right) and
+# gained on held-out, was named "critical" beside the arm that trained on all-wrong groups. A mostly
 # full batch after every round is a cost (samples per trained group, KEPT_FRAC_MIN), not a lost contrast.
 SHORT_BATCH_MIN = 0.5
 # credit (paper 3.3: under the sample-level mean, tokens of long answers weigh less, so long
@@ -212,7 +212,8 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     why, critical = [], False
     if ds is not True and uniform > UNIFORM_GROUPS_MAX:  # with dynamic sampling they are filtered out, never trained
         # "Zero advantage" only without the soft overlong punishment: with it, a group all right or all wrong still has
-        # reward differences from length (on SmolLM2's contrast pair 17-23% of such responses had an advantage).
+        # reward differences from length (on SmolLM2's contrast pair 22-24% of such responses had an advantage on
+        # 2026-12-07, 17-23% on 2026-12-03).
         length_only = " (the soft overlong punishment still gives them an advantage, from length alone)" if cfg.get(
             "overlong_penalty") else " (zero advantage)"
         why.append(f"{uniform:.0%} of generated groups are all-correct or all-wrong"
