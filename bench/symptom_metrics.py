@@ -94,29 +94,29 @@ def clip_room(model_dir: Path, rollouts: list[dict], temperature: float, eps_hig
     1/1.2 = 0.83, and it matters most for the low-probability ones the paper calls exploration tokens (paper 3.1:
     with eps 0.2 a token at 0.01 can rise to 0.012, one at 0.9 to 1.0). Returns the share of those tokens below
     1 / (1 + eps) for each eps, below 0.5 and below 0.1, their count, the mean probability, and how many rollouts
-    were skipped because their text does not tokenize back to the logged token counts."""
+    were skipped because their text does not tokenize back to the logged token counts ({} without a positive-advantage
+    rollout at step 0). Probabilities in [0, 1], from forward.sequence_logprobs (the trainer's pass, float32).
+
+    Raises FileNotFoundError / ValueError as policy.load_policy (no model directory, a head that should be tied is not)."""
     import torch
 
-    from plumbing import loading
+    from plumbing import forward
 
     pos = [r for r in rollouts if r["step"] == 0 and r["kept"] and (r["advantage"] or 0.0) > 0]
     if not pos:
         return {}
     probs, skipped = [], 0
-    with _LOAD_LOCK, torch.no_grad():  # runs of a pair are read side by side (bench/symptoms.py --jobs): one load at a time
-        # The trainer's own loader and tokenizer: they check that a tied head is tied (SmolLM2's is), where a
-        # plain from_pretrained in two threads at once once left one run's head freshly initialized.
-        tok = policy.load_tokenizer(str(model_dir))
-        model = loading.load_whole(str(model_dir), torch.device("cpu")).eval()
+    with _LOAD_LOCK:  # runs of a pair are read side by side (bench/symptoms.py --jobs): one load at a time
+        # The trainer's own loader (it checks that a tied head is tied: SmolLM2's is; a plain from_pretrained in two
+        # threads at once once left one run's head freshly initialized) and the trainer's log-prob pass.
+        model, tok = policy.load_policy(str(model_dir), torch.device("cpu"))
         for r in pos:
             p = tok(r["prompt"], add_special_tokens=False)["input_ids"]
             q = tok(r["response"], add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if r["finish_reason"] == "stop" else [])
             if (len(p), len(q)) != (r["prompt_tokens"], r["response_tokens"]):  # the text does not give back its tokens
                 skipped += 1
                 continue
-            ids = torch.tensor([p + q])
-            logits = model(ids).logits[0, len(p) - 1 : -1].double() / temperature  # (len(q), V): the token after each position
-            probs += logits.softmax(-1).gather(1, torch.tensor(q)[:, None])[:, 0].tolist()
+            probs += forward.sequence_logprobs(model, p, q, temperature=temperature).double().exp().tolist()
     n = len(probs)
     if not n:
         return {"skipped_rollouts": skipped}

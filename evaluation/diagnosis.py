@@ -198,11 +198,11 @@ def _check_contrast(metrics: list[dict], cfg: dict) -> list[Finding]:
     last = metrics[-DIAG_WINDOW:]
     uniform = _nanmean(column(last, "groups/all_correct_frac") + column(last, "groups/all_wrong_frac"))
     kept = _nanmean(column(last, "groups/kept_frac"))
-    exhausted = column(last, "groups/exhausted") > 0  # (steps,) the round budget ran out
+    short = column(last, "groups/exhausted") > 0  # (steps,) the round budget ran out
     wanted, got = cfg.get("prompts_per_step"), column(last, "groups/kept")
     if wanted and np.isfinite(got).all():  # short by more than SHORT_BATCH_MIN; unknown sizes: every short step counts
-        exhausted &= got < SHORT_BATCH_MIN * wanted
-    exhausted = int(exhausted.sum())
+        short &= got < SHORT_BATCH_MIN * wanted
+    exhausted = int(short.sum())
     ds = cfg.get("dynamic_sampling")  # None: unknown (no config.json)
     rounds, max_rounds = column(last, "groups/gen_rounds"), cfg.get("max_gen_rounds")
     # With one round there is no resampling: every step "uses all its rounds", full batch or not (a short one is what
