@@ -17,6 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from evaluation import diagnosis  # noqa: E402  (long_wrong_fracs: report.py's own reading of long wrong answers)
 from plumbing import policy  # noqa: E402  (load_tokenizer: the repository's own, as the trainer loads it)
 from tasks import tiny  # noqa: E402  (column_solution: the reference worked answer)
 
@@ -157,6 +158,19 @@ def sym_long_wrong(run: dict):
     return _tail_mean(share), steps, share, extras
 
 
+def sym_long_wrong_share(run: dict):
+    """credit: per step, the share of the wrong answers in groups with a right one that are at least
+    diagnosis.LONG_WRONG_RATIO times as long as their group's longest right answer (report.py's
+    length/long_wrong_frac: under the sample-level mean each token of such an answer weighs at most 1/LONG_WRONG_RATIO
+    as much as a token of that right answer); value: the mean over every step, the window report.py's check reads.
+    Extras: sym_long_wrong's (the looping share of wrong answers as repetitive_wrong_last, and the lengths)."""
+    fracs = diagnosis.long_wrong_fracs(run["rollouts"])
+    steps = sorted(fracs)
+    share = [fracs[s] for s in steps]
+    looping, _, _, extras = sym_long_wrong(run)
+    return mean_or_none(share), steps, share, {"repetitive_wrong_last": looping} | extras
+
+
 def sym_budget(run: dict):
     """budget: share of the training rollouts truncated while still right so far (tiny: a prefix of the
     reference worked answer), per step; the value is its mean over the last steps.
@@ -200,5 +214,7 @@ SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the 
     "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
     "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
     "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that loop, last 5 steps", +1),
+    "long_wrong_share": (sym_long_wrong_share, "share of wrong answers >= 1.2x their group's longest right one, mean over "
+                         "steps", +1),
     "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
 }

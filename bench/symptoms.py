@@ -163,12 +163,17 @@ PAIRS: dict[tuple[str, str], Pair] = {
     ("credit", TINY): Pair(
         "credit", TINY, TINY_COMMON | dict(steps=30, max_response_len=64, overlong_penalty=False),
         broken=dict(loss_agg="seq-mean-token-mean"), repaired=dict(loss_agg="token-mean"),
-        metric="repetitive_wrong_last", base_sft_steps=275, base_args=dict(loop_share=0.2),
+        metric="long_wrong_share", base_sft_steps=275, base_args=dict(loop_share=0.2),
         why="A base whose warm-up wrote 20% of its targets with one column line repeated 1-3 more times "
             "(`python -m tasks.tiny_base --loop_share 0.2`, the shipped recipe otherwise), so answers to the same "
             "problem differ in length by a loop: the shipped base never writes one. A 64-token budget truncates no "
             "loop, and the soft punishment is off in both arms, so length carries no reward of its own and only the "
-            "aggregation differs."),
+            "aggregation differs. The metric is the share of wrong answers at least 1.2x as long as their group's "
+            "longest right one (report.py's length/long_wrong_frac), mean over the run. Until 2026-12-07 it was the "
+            "looping share of wrong answers over the last 5 steps (still in the extras as repetitive_wrong_last): "
+            "0.046 [0.003, 0.090] over 3 seeds on 2026-12-03, but 0.018 [-0.000, 0.035] over 16 seeds on another "
+            "CPU on 2026-12-07. The long share was then named in advance and tested on 8 fresh seeds (8-15): "
+            "0.025 [0.008, 0.042]."),
     ("contrast", SMOL): Pair(
         "contrast", SMOL, dict(steps=10, max_seconds=0, eval_limit=16), preset="smollm2-arith",
         broken=dict(dynamic_sampling=False), repaired=dict(dynamic_sampling=True, max_gen_rounds=3), metric="zero_adv_share",

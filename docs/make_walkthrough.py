@@ -78,7 +78,8 @@ SEEN = {
                  'optimizer step and per generated sample.'),
     'credit': ('Over whole runs: the credit pair of docs/results.md "The four boundaries, seen" starts from '
                'a base that sometimes loops (writes a column line again) and trains it under both '
-               'aggregations: how many of the wrong answers still loop after 30 steps.'),
+               'aggregations: how many of the wrong answers stay much longer than their group\'s right ones, '
+               'and how many still loop.'),
     'exploration': ('Over whole runs: the exploration pair of docs/results.md "The four boundaries, seen" trains '
                     'with 16 optimizer steps per rollout step under the symmetric clip and under Clip-Higher: '
                     'entropy per step, the clip fractions on each side, distinct answers and pass@16 of the final'

@@ -109,6 +109,22 @@ def test_repetitive_share_of_the_wrong_answers():
     assert sm.repetitive({"prompt": "Compute 2*3.", "response": "I think.\nI think.\nAnswer: 6"})  # another task: a line twice
 
 
+def test_long_wrong_share_reads_each_group_against_its_longest_right_answer():
+    """A wrong answer counts when >= 1.2x as long as its group's longest right answer; groups without a right answer
+    and steps without a counted group are left out; the value is the mean over the steps that remain."""
+    def r(step, group, correct, tokens):
+        return {"step": step, "group_id": group, "correct": correct, "response_tokens": tokens, "prompt": "What is 1+1?",
+                "response": "1+1=2\nAnswer: 2" if correct else "1+1=2\nAnswer: 3"}
+    rows = [r(0, 0, True, 10), r(0, 0, True, 20), r(0, 0, False, 25), r(0, 0, False, 23),  # 25 >= 1.2 x 20, 23 is not
+            r(0, 1, True, 10), r(0, 1, False, 30),  # 30 >= 12
+            r(0, 2, False, 99), r(0, 2, False, 99),  # no right answer: not read
+            r(1, 3, True, 10), r(1, 3, False, 11), r(1, 3, False, 13),  # 13 counts, 11 does not
+            r(2, 4, False, 50)]  # step 2: no group with a right answer
+    value, steps, series, extras = sm.sym_long_wrong_share(_run(rows, [{"step": s} for s in range(3)]))
+    assert steps == [0, 1] and series == pytest.approx([2 / 3, 1 / 2]) and value == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert extras["repetitive_wrong_last"] == 0.0  # the looping share (sym_long_wrong) rides along: no wrong answer loops
+
+
 def _record(boundary, arm, seed, value, run_dir):
     return {"boundary": boundary, "model": sy.TINY, "arm": arm, "seed": seed, "run_dir": str(run_dir), "value": value,
             "names_boundary": arm == "broken", "switches": {"dynamic_sampling": arm == "repaired"}, "metric": "zero_adv_share",
