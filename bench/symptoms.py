@@ -131,6 +131,9 @@ class Pair:
     eval_k: int = 16  # held-out samples per problem (eval.py): avg@k, pass@k at large k, distinct answers
     eval_limit: int = 128
     long_budget: int = 0  # > 0: also evaluate the final policy at this budget, same seed (the budget pair)
+    # An extras key the symptom also needs: it counts as shown only if the metric's interval excludes 0 in the expected
+    # direction and some broken run's value of this key is above 0 (what the training metric alone cannot tell).
+    requires: str = ""
 
 
 # --- the regimes -----------------------------------------------------------------------------------------
@@ -212,6 +215,7 @@ PAIRS: dict[tuple[str, str], Pair] = {
         "budget", TINY, TINY_COMMON | dict(steps=30, max_response_len=40, overlong_buffer=2),
         broken=dict(overlong_filter=False, overlong_penalty=False), repaired=dict(overlong_filter=True, overlong_penalty=True),
         metric="on_track_truncated_last", base_sft_steps=275, base_args=dict(loop_share=0.2), long_budget=64,
+        requires="truncated_right_at_long",
         why="The credit pair's base (20% of its warm-up targets loop: one column line repeated 1-3 more times, the "
             "answer still right) under a 40-token budget: every worked answer without a loop fits (16-38 tokens), "
             "and a loop on a two- or three-digit problem runs past 40, truncated while still right so far: answers "
@@ -219,7 +223,11 @@ PAIRS: dict[tuple[str, str], Pair] = {
             "39-40, above every right answer without a loop), the paper-like placement. A base that sometimes "
             "answers without its working (`--direct_share 0.3`) was tried first: that warm-up reached 3% right "
             "(the shipped one 39%), since the 1.23M policy cannot add in one go, and its truncated answers were "
-            "right at a larger budget 1.4% of the time: too weak a policy to learn from in 30 steps."),
+            "right at a larger budget 1.4% of the time: too weak a policy to learn from in 30 steps. The symptom also "
+            "needs a right answer lost to the budget: some broken run's final policy has held-out samples cut at 40 "
+            "tokens that are right at 64 (`truncated_right_at_long` > 0). The metric alone can separate the arms "
+            "without one: on 2026-12-07 (8 seeds) it did, by the filter keeping looping rollouts alive in the "
+            "repaired arm, while no held-out sample cut at 40 was right at 64 in any run."),
 }
 
 
@@ -366,8 +374,9 @@ FIXTURE_CONFIG = ("eps_low", "eps_high", "dynamic_sampling", "max_gen_rounds", "
 def export_fixture(record: dict, shown: bool, out: Path, tag: str = "") -> Path:
     """A real run's history trimmed to what the diagnosis reads, as tests/fixtures/symptoms/<boundary>-[smollm2-][TAG-]<arm>-seed<N>.json:
     {"boundary", "arm", "seed", "model", "regime", "diagnosis_boundary", "symptom_shown", "source", "config": {...},
-    "metrics": [...]}. shown: whether its pair showed the symptom (the difference's interval excludes 0, in the
-    expected direction). tag: names a regime run with extra train.py flags (--fixtures_tag), kept apart from the pair's own."""
+    "metrics": [...]}. shown: whether its pair showed the symptom (summarize's "shown": the difference's interval
+    excludes 0 in the expected direction, and the pair's `requires` holds). tag: names a regime run with extra train.py
+    flags, or the same regime trained again elsewhere (--fixtures_tag), kept apart from the pair's own."""
     run_dir = Path(record["run_dir"])
     cfg = json.loads((run_dir / "config.json").read_text())["config"]
     run = report.load_run(run_dir)
@@ -407,8 +416,12 @@ def summarize(pair: Pair, records: list[dict], base_report: dict) -> dict:
            "diff_per_seed": diffs, "diff_mean": mean, "diff_ci95": [lo, hi],
            "excludes_zero": lo is not None and (lo > 0 or hi < 0),
            "in_expected_direction": mean is not None and mean * direction > 0,
+           "requires": pair.requires, "requires_broken": [by[("broken", s)]["extras"].get(pair.requires) for s in seeds
+                                                         ] if pair.requires else [],
            "broken_named": [by[("broken", s)]["names_boundary"] for s in seeds],
            "repaired_named": [by[("repaired", s)]["names_boundary"] for s in seeds], "heldout": {}}
+    out["shown"] = out["excludes_zero"] and out["in_expected_direction"] and (
+        not pair.requires or any(v is not None and v > 0 for v in out["requires_broken"]))
     for s in seeds:
         for arm in ARMS:
             rep = json.loads((Path(by[(arm, s)]["run_dir"]) / "eval" / "report.json").read_text())
@@ -431,6 +444,15 @@ def _paired(res: dict, k: int) -> dict:
 
 def _f(x, nd: int = 3) -> str:
     return "-" if x is None else f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _shown_cell(s: dict) -> str:
+    """The table's "excludes 0" cell: yes / no, and where the pair's `requires` failed, why it is not shown anyway."""
+    if not s["excludes_zero"]:
+        return "no"
+    if s.get("requires") and not s.get("shown", True):
+        return f"yes, not shown: no broken run has {s['requires']} > 0"
+    return "yes"
 
 
 def render(summaries: list[dict], records: list[dict]) -> str:
@@ -467,7 +489,7 @@ def render(summaries: list[dict], records: list[dict]) -> str:
                          for m, v in h.items() if m.startswith("avg@"))
         L.append(f"| {s['boundary']} | {s['metric']}: {s['metric_means']} ({s['direction']} expected) | "
                  f"{', '.join(_f(v) for v in s['broken'])} | {', '.join(_f(v) for v in s['repaired'])} | "
-                 f"{_f(s['diff_mean'])} [{_f(lo)}, {_f(hi)}] | {'yes' if s['excludes_zero'] else 'no'} | "
+                 f"{_f(s['diff_mean'])} [{_f(lo)}, {_f(hi)}] | {_shown_cell(s)} | "
                  f"{sum(s['broken_named'])}/{len(s['seeds'])} / {sum(s['repaired_named'])}/{len(s['seeds'])} | {arms} |")
     L += ["", "Interval over seeds: Student-t, mean +- t(0.975, n-1) s / sqrt(n) of the per-seed differences (n/a with one "
           "seed). Held-out: eval.py on the same problems and sampling seed, evaluation/compare.py's paired bootstrap over "
@@ -538,8 +560,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--force", action="store_true", help="rerun finished runs")
     ap.add_argument("--fixtures", default="", help="also write each run's trimmed history here (report.py's tests: "
                     "tests/fixtures/symptoms)")
-    ap.add_argument("--fixtures_tag", default="", help="a name for a regime run with extra train.py flags after `--` "
-                    "(its fixtures are kept apart from the pair's own: <boundary>-[smollm2-]TAG-<arm>-seed<N>.json)")
+    ap.add_argument("--fixtures_tag", default="", help="a name for a regime run with extra train.py flags after `--`, "
+                    "or for the same regime trained again on another machine (its fixtures are kept apart from the "
+                    "pair's own: <boundary>-[smollm2-]TAG-<arm>-seed<N>.json)")
     args = ap.parse_args(own)
     if args.seeds < 1 or args.jobs < 1 or args.steps < 0:
         ap.error("--seeds and --jobs must be >= 1, --steps >= 0")
@@ -579,7 +602,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "steps": records[0]["envelope"]["rollout_steps"], "extra_flags": args.extra}
         if args.fixtures:
             for r in records:
-                export_fixture(r | {"extra_flags": args.extra}, summary["excludes_zero"] and summary["in_expected_direction"],
+                export_fixture(r | {"extra_flags": args.extra}, summary["shown"],
                                Path(args.fixtures), args.fixtures_tag)
         plot([pair.boundary], records, out / pair.boundary / "symptom.png")
         done_pairs[pair.boundary] = (summary, records)

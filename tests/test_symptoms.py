@@ -133,6 +133,26 @@ def _record(boundary, arm, seed, value, run_dir):
                          "generated_tokens": 100, "peak_memory_gb": 0.5}}
 
 
+def test_a_pair_whose_requirement_fails_is_not_shown(tmp_path):
+    """The budget pair's metric may separate the arms with no right answer lost to the budget: summarize's "shown"
+    (what the fixtures record) then says no, and the table says why."""
+    pair = dataclasses.replace(sy.PAIRS[("budget", sy.TINY)], eval_k=2)
+    assert pair.requires == "truncated_right_at_long"
+    records = []
+    for seed, (b, r) in enumerate(((0.000, 0.010), (0.001, 0.012), (0.000, 0.009))):
+        for arm, v in (("broken", b), ("repaired", r)):
+            d = tmp_path / "budget" / f"{arm}-seed{seed}"
+            (d / "eval").mkdir(parents=True)
+            (d / "eval" / "report.json").write_text(json.dumps(_full_report([[True, False], [False, False]])))
+            records.append(_record("budget", arm, seed, v, d) | {"extras": {"truncated_right_at_long": None if seed else 0.0}})
+    base = _full_report([[False, False]] * 2)
+    s = sy.summarize(pair, records, base)
+    assert s["excludes_zero"] and s["in_expected_direction"] and not s["shown"]
+    assert "yes, not shown: no broken run has truncated_right_at_long > 0" in sy.render([s | {"steps": 30}], records)
+    records[0]["extras"]["truncated_right_at_long"] = 0.25  # seed 0's broken policy lost a right answer to the budget
+    assert sy.summarize(pair, records, base)["shown"]
+
+
 def _full_report(correct):
     """An eval.py report.json with what compare reads: ids, k verdicts, the vote."""
     k = len(correct[0])
