@@ -163,7 +163,10 @@ def sym_long_wrong_share(run: dict):
     diagnosis.LONG_WRONG_RATIO times as long as their group's longest right answer (report.py's
     length/long_wrong_frac: under the sample-level mean each token of such an answer weighs at most 1/LONG_WRONG_RATIO
     as much as a token of that right answer); value: the mean over every step, the window report.py's check reads.
-    Extras: sym_long_wrong's (the looping share of wrong answers as repetitive_wrong_last, and the lengths)."""
+    Extras: sym_long_wrong's (the looping share of wrong answers as repetitive_wrong_last, and the lengths).
+    Shares in [0, 1]; value None when no step has a wrong answer beside a right one. Source: paper section 3.3 (a
+    sample-level loss under-penalises long low-quality answers). Raises KeyError for a rollout record without step,
+    group_id, correct or response_tokens (rollouts.jsonl has them all)."""
     fracs = diagnosis.long_wrong_fracs(run["rollouts"])
     steps = sorted(fracs)
     share = [fracs[s] for s in steps]
@@ -214,7 +217,7 @@ SYMPTOMS = {  # metric name: (function, what the value is, direction: +1 if the 
     "entropy_last": (sym_entropy, "policy/entropy, mean of the last 5 steps (nats/token)", -1),
     "zero_adv_share": (sym_zero_adv, "share of trained responses with advantage 0, mean over steps", +1),
     "repetitive_wrong_last": (sym_long_wrong, "share of wrong training answers that loop, last 5 steps", +1),
-    "long_wrong_share": (sym_long_wrong_share, "share of wrong answers >= 1.2x their group's longest right one, mean over "
-                         "steps", +1),
+    "long_wrong_share": (sym_long_wrong_share, f"share of wrong answers >= {diagnosis.LONG_WRONG_RATIO}x their group's "
+                         "longest right one, mean over steps", +1),
     "on_track_truncated_last": (sym_budget, "share of training rollouts truncated while right so far, last 5 steps", -1),
 }
